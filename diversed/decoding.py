@@ -102,7 +102,9 @@ class Decoder:
         self.target, self.draft, self.config, self.head = target, draft, config, head
         self.sampling = Sampling(config.temperature, config.top_k, config.top_p)
         self.rule = make_rule(config)
-        self.schedule = make_schedule(config.schedule, config.num_assistant_tokens, config.confidence_threshold)
+        self.schedule = make_schedule(
+            config.schedule, config.num_assistant_tokens, config.confidence_threshold
+        )
         self.eos_token_ids = set(eos_token_ids)
         self.stop_strings = [s for s in stop_strings if s]
         if self.stop_strings and decode_text is None:
@@ -110,7 +112,9 @@ class Decoder:
         self.decode_text = decode_text
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: list[int], max_new_tokens: int | None = None, seed: int | None = None) -> Generation:
+    def generate(
+        self, prompt_ids: list[int], max_new_tokens: int | None = None, seed: int | None = None
+    ) -> Generation:
         """Continue ``prompt_ids`` by at most ``max_new_tokens`` tokens."""
         if not prompt_ids:
             raise ValueError("the prompt must hold at least one token")
@@ -133,10 +137,14 @@ class Decoder:
             if draft_cache is None:
                 drafted, q_rows, q_logits, h_draft = [], None, None, None
             else:
-                drafted, q_rows, q_logits, h_draft = self._draft(tokens, draft_len, draft_cache, remaining - 1, generator, stats)
+                drafted, q_rows, q_logits, h_draft = self._draft(
+                    tokens, draft_len, draft_cache, remaining - 1, generator, stats
+                )
                 if drafted:
                     draft_len = len(tokens) + len(drafted) - 1
-            n, extra = self._verify(tokens, drafted, q_rows, q_logits, h_draft, target_cache, generator, stats)
+            n, extra = self._verify(
+                tokens, drafted, q_rows, q_logits, h_draft, target_cache, generator, stats
+            )
             _crop(target_cache, len(tokens) + n)
             if draft_cache is not None:
                 draft_len = min(draft_len, len(tokens) + n)

@@ -96,10 +96,14 @@ class HeuristicSchedule(DraftSchedule):
             self.num_tokens = max(1, self.num_tokens - 1)
 
 
-def make_schedule(kind: Schedule, num_tokens: int, confidence_threshold: float | None = None) -> DraftSchedule:
+def make_schedule(
+    kind: Schedule, num_tokens: int, confidence_threshold: float | None = None
+) -> DraftSchedule:
     """Build a schedule; a ``None`` threshold means HF's default for that schedule."""
     if confidence_threshold is None:
         confidence_threshold = DEFAULT_DYNAMIC_THRESHOLD if kind is Schedule.DYNAMIC else 0.0
     if kind in (Schedule.HEURISTIC, Schedule.HEURISTIC_TRANSIENT):
-        return HeuristicSchedule(num_tokens, confidence_threshold, transient=kind is Schedule.HEURISTIC_TRANSIENT)
+        return HeuristicSchedule(
+            num_tokens, confidence_threshold, transient=kind is Schedule.HEURISTIC_TRANSIENT
+        )
     return DraftSchedule(num_tokens, confidence_threshold)

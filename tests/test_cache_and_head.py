@@ -82,7 +82,9 @@ def test_threshold_zero_never_stops_and_never_adapts():
 
 
 def test_dynamic_schedule_in_the_loop(pair, tokenizer):
-    cfg = DecodeConfig.from_dict({"method": "sd", "schedule": "dynamic", "num_assistant_tokens": 8, "max_new_tokens": 60})
+    cfg = DecodeConfig.from_dict(
+        {"method": "sd", "schedule": "dynamic", "num_assistant_tokens": 8, "max_new_tokens": 60}
+    )
     decoder = Decoder(*pair, cfg)
     stats = decoder.generate(tokenizer("import os\n").input_ids).stats
     assert stats.drafted < 8 * stats.blocks  # confidence stops cut some blocks short

@@ -20,7 +20,11 @@ SCHEDULES = ["constant", "heuristic", "heuristic_transient", "dynamic"]
 
 def hf_greedy(model, prompt: list[int], max_new_tokens: int) -> list[int]:
     out = model.generate(
-        torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0
+        torch.tensor([prompt]),
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        eos_token_id=None,
+        pad_token_id=0,
     )
     return out[0, len(prompt) :].tolist()
 
@@ -33,7 +37,13 @@ def test_lossless_methods_match_greedy_target(pair, tokenizer, settings, schedul
     for seed, draft_len in [(0, 1), (1, 3), (2, 5), (3, 8)]:
         prompt = tokenizer(f"def f{seed}(x):\n    return x * {seed}").input_ids
         cfg = DecodeConfig.from_dict(
-            {**settings, "schedule": schedule, "num_assistant_tokens": draft_len, "max_new_tokens": 48, "seed": seed}
+            {
+                **settings,
+                "schedule": schedule,
+                "num_assistant_tokens": draft_len,
+                "max_new_tokens": 48,
+                "seed": seed,
+            }
         )
         decoder = Decoder(target, draft, cfg)
         ours = decoder.generate(prompt)
@@ -50,7 +60,9 @@ def test_heuristic_schedule_persists_across_calls_and_transient_resets(pair, tok
     prompt = tokenizer("abcabcabc").input_ids
     lengths = {}
     for schedule in ("heuristic", "heuristic_transient"):
-        cfg = DecodeConfig.from_dict({"method": "sd", "schedule": schedule, "num_assistant_tokens": 4, "max_new_tokens": 30})
+        cfg = DecodeConfig.from_dict(
+            {"method": "sd", "schedule": schedule, "num_assistant_tokens": 4, "max_new_tokens": 30}
+        )
         decoder = Decoder(target, draft, cfg)
         decoder.generate(prompt)
         after_first = decoder.schedule.num_tokens
@@ -80,6 +92,8 @@ def test_eos_and_stop_strings_end_generation(pair, tokenizer):
 @pytest.mark.parametrize("budget", [1, 2, 3, 7])
 def test_never_exceeds_max_new_tokens(pair, tokenizer, budget):
     target, draft = pair
-    cfg = DecodeConfig.from_dict({"method": "static", "target_weight": 0.0, "num_assistant_tokens": 5, "temperature": 1.0})
+    cfg = DecodeConfig.from_dict(
+        {"method": "static", "target_weight": 0.0, "num_assistant_tokens": 5, "temperature": 1.0}
+    )
     out = Decoder(target, draft, cfg).generate(tokenizer("x").input_ids, max_new_tokens=budget)
     assert len(out.token_ids) == budget

@@ -50,12 +50,16 @@ def expected_acceptance(rule, p, q) -> float:
 def test_static_acceptance_is_one_minus_w_tv(seed, weight):
     p, q = random_pair(seed=seed)
     rule = EnsembleRule(weight, EnsembleSpace.PROBS, SAMPLING)
-    assert expected_acceptance(rule, p, q) == pytest.approx(1 - weight * float(total_variation(p, q)), abs=1e-5)
+    assert expected_acceptance(rule, p, q) == pytest.approx(
+        1 - weight * float(total_variation(p, q)), abs=1e-5
+    )
 
 
 def test_sd_acceptance_is_one_minus_tv():
     p, q = random_pair(seed=4)
-    assert expected_acceptance(StandardRule(), p, q) == pytest.approx(1 - float(total_variation(p, q)), abs=1e-5)
+    assert expected_acceptance(StandardRule(), p, q) == pytest.approx(
+        1 - float(total_variation(p, q)), abs=1e-5
+    )
 
 
 @pytest.mark.parametrize("lenience", [0.2, 0.5, 1.0])
@@ -91,7 +95,13 @@ def test_monte_carlo_acceptance_through_verify():
     accepted = 0
     for _ in range(draws):
         x = torch.multinomial(q, 1, generator=g)
-        block = Block(tokens=x, p=p.expand(2, -1), q=q.unsqueeze(0), p_logits=p.log().expand(2, -1), q_logits=q.log()[None])
+        block = Block(
+            tokens=x,
+            p=p.expand(2, -1),
+            q=q.unsqueeze(0),
+            p_logits=p.log().expand(2, -1),
+            q_logits=q.log()[None],
+        )
         accepted += verify(rule, block, SAMPLING, g)[0]
     beta = 1 - weight * float(total_variation(p, q))
     sigma = (beta * (1 - beta) / draws) ** 0.5
@@ -100,12 +110,20 @@ def test_monte_carlo_acceptance_through_verify():
 
 def test_weight_zero_accepts_every_draft_in_the_loop(pair, tokenizer):
     cfg = DecodeConfig.from_dict(
-        {"method": "static", "target_weight": 0.0, "temperature": 1.0, "num_assistant_tokens": 4, "max_new_tokens": 40}
+        {
+            "method": "static",
+            "target_weight": 0.0,
+            "temperature": 1.0,
+            "num_assistant_tokens": 4,
+            "max_new_tokens": 40,
+        }
     )
     stats = Decoder(*pair, cfg).generate(tokenizer("abc").input_ids).stats
     assert stats.drafted > 0
     assert stats.acceptance_rate == 1.0
-    cfg_sd = DecodeConfig.from_dict({"method": "sd", "temperature": 1.0, "num_assistant_tokens": 4, "max_new_tokens": 40})
+    cfg_sd = DecodeConfig.from_dict(
+        {"method": "sd", "temperature": 1.0, "num_assistant_tokens": 4, "max_new_tokens": 40}
+    )
     assert Decoder(*pair, cfg_sd).generate(tokenizer("abc").input_ids).stats.acceptance_rate < 1.0
 
 

@@ -25,6 +25,7 @@ FAIL_P = 1e-6
 def exact_two_token_distribution(target, draft, weight: float) -> np.ndarray:
     """P(x1, x2) when each position is drawn from v = w p + (1 - w) q, by enumeration."""
     with torch.no_grad():
+
         def mix(ids):
             p = target(torch.tensor([ids])).logits[0, -1].softmax(-1)
             q = draft(torch.tensor([ids])).logits[0, -1].softmax(-1)
@@ -56,7 +57,13 @@ def make_decoder(pair, method: str, weight: float = 1.0) -> Decoder:
     # max_new_tokens = 3 so that the second token is always a verified draft or a correction,
     # never a bonus token of the one-token-left budget.
     cfg = DecodeConfig.from_dict(
-        {"method": method, "target_weight": weight, "num_assistant_tokens": 2, "max_new_tokens": 3, "temperature": 1.0}
+        {
+            "method": method,
+            "target_weight": weight,
+            "num_assistant_tokens": 2,
+            "max_new_tokens": 3,
+            "temperature": 1.0,
+        }
     )
     return Decoder(pair[0], pair[1], cfg)
 
