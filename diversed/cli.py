@@ -1,0 +1,204 @@
+"""The ``diversed`` command line.
+
+Flags use dashes; the original project's underscore spellings (``--num_assistant_tokens``,
+``--draft_ensemble_weights``, ``--max_tokens``, ``--do_sample``, ...) are accepted as aliases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from diversed.config import ConfigError, DecodeConfig
+from diversed.methods import Method, method_choices, parse_method
+from diversed.models import ModelError
+
+
+def add_model_flags(parser: argparse.ArgumentParser, draft_required: bool = False) -> None:
+    parser.add_argument(
+        "--target", "--target_model", required=True, help="target model: hub id or local folder"
+    )
+    parser.add_argument(
+        "--draft", "--draft_model", required=draft_required, help="draft model: hub id or local folder"
+    )
+    parser.add_argument("--dtype", default="float32", help="torch dtype of both models (default float32)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+
+
+def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
+    """The engine's knobs; defaults come from the shared schema (left as None here)."""
+    add = parser.add_argument
+    add("--method", help=f"decoding method (default sd): {', '.join(method_choices())}")
+    add(
+        "--max-new-tokens",
+        "--max_tokens",
+        "--max_new_tokens",
+        type=int,
+        help="tokens to generate at most (128)",
+    )
+    add("--num-assistant-tokens", "--num_assistant_tokens", type=int, help="draft length N (5)")
+    add(
+        "--assistant-schedule",
+        "--assistant_schedule",
+        dest="schedule",
+        help="constant | heuristic | heuristic_transient | dynamic (constant)",
+    )
+    add(
+        "--assistant-confidence-threshold",
+        "--assistant_confidence_threshold",
+        dest="confidence_threshold",
+        type=float,
+        help="stop drafting below this draft probability (0 = off; dynamic: 0.4)",
+    )
+    add("--temperature", type=float, help="0 = greedy (default 0)")
+    add("--do-sample", "--do_sample", action="store_true", help="sample; with temperature 0 this means 1.0")
+    add("--top-k", "--top_k", type=int, help="top-k filter (0 = off)")
+    add("--top-p", "--top_p", type=float, help="nucleus filter (1 = off)")
+    add("--seed", type=int, help="sampling seed (42)")
+    add("--target-weight", type=float, help="static ensemble weight on the target, w in [0, 1] (0.5)")
+    add(
+        "--draft-ensemble-weights",
+        "--draft_ensemble_weights",
+        type=float,
+        help="original flag: weight on the draft, a = 1 - w",
+    )
+    add("--ensemble-space", help="probs (paper) | logits (released code) (probs)")
+    add("--lenience", type=float, help="lossy SD lenience l in (0, 1] (0.5)")
+    add("--cascade-rule", help="chow | diff | opt | token (opt)")
+    add("--cascade-alpha", type=float, help="cascade deferral parameter alpha (0)")
+
+
+def decode_config(args: argparse.Namespace) -> DecodeConfig:
+    """Flags -> validated :class:`DecodeConfig`, resolving the original project's spellings."""
+    target_weight = args.target_weight
+    if args.draft_ensemble_weights is not None:
+        if target_weight is not None:
+            raise ConfigError("give --target-weight or --draft_ensemble_weights, not both")
+        if not 0.0 <= args.draft_ensemble_weights <= 1.0:
+            raise ConfigError(f"draft_ensemble_weights: {args.draft_ensemble_weights} is not in [0, 1]")
+        target_weight = 1.0 - args.draft_ensemble_weights
+    temperature = args.temperature
+    if args.do_sample and not temperature:
+        temperature = 1.0
+    values: dict[str, Any] = {
+        "method": args.method,
+        "max_new_tokens": args.max_new_tokens,
+        "num_assistant_tokens": args.num_assistant_tokens,
+        "schedule": args.schedule,
+        "confidence_threshold": args.confidence_threshold,
+        "temperature": temperature,
+        "top_k": args.top_k,
+        "top_p": args.top_p,
+        "seed": args.seed,
+        "target_weight": target_weight,
+        "ensemble_space": args.ensemble_space,
+        "lenience": args.lenience,
+        "cascade_rule": args.cascade_rule,
+        "cascade_alpha": args.cascade_alpha,
+    }
+    if values["method"] is not None:
+        values["method"] = parse_method(values["method"]).value
+    return DecodeConfig.from_dict(values)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from diversed.decoding import Decoder
+    from diversed.models import check_pair, load_model, load_tokenizer
+
+    config = decode_config(args)
+    if config.method is Method.DIVERSED:
+        raise ConfigError("method 'diversed' needs a trained ensemble head, which the CLI cannot load yet")
+    if config.method.speculative and not args.draft:
+        raise ConfigError(f"method {config.method.value!r} needs --draft")
+    tokenizer = load_tokenizer(args.target)
+    target = load_model(args.target, args.dtype, args.device)
+    draft = None
+    if config.method.speculative:
+        draft = load_model(args.draft, args.dtype, args.device)
+        check_pair(target, draft, args.target, args.draft)
+    if args.chat:
+        prompt_ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=True
+        )
+        if not isinstance(prompt_ids, list):
+            prompt_ids = prompt_ids["input_ids"]
+    else:
+        prompt_ids = tokenizer(args.prompt).input_ids
+    decoder = Decoder(target, draft, config, eos_token_ids=eos_ids(tokenizer, target))
+    result = decoder.generate(prompt_ids)
+    text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
+    if args.json:
+        print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
+    else:
+        print(text)
+        print(f"[{config.method.value}] {result.stats.summary()}", file=sys.stderr)
+    return 0
+
+
+def eos_ids(tokenizer, model) -> set[int]:
+    """End-of-sequence ids from the tokenizer and the model's generation config."""
+    ids = set()
+    for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(source)
+    return ids
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from diversed.bench import run_bench
+
+    run_bench(args)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="diversed", description="Relaxed speculative decoding (DIVERSED) on stock transformers."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="decode one prompt and print the text and statistics")
+    add_model_flags(gen)
+    add_decoding_flags(gen)
+    gen.add_argument("--prompt", required=True, help="prompt text")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    gen.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
+    gen.set_defaults(func=cmd_generate)
+
+    bench = sub.add_parser(
+        "bench", help="time autoregressive HF generate, HF assisted generation and ours on the same prompts"
+    )
+    bench.add_argument("--target", help="target model (default: a tiny pair built in code)")
+    bench.add_argument("--draft", help="draft model (with --target)")
+    bench.add_argument("--dtype", default="float32", help="torch dtype (default float32)")
+    bench.add_argument("--prompts", nargs="+", help="prompts (default: a few built-in ones)")
+    bench.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (64)")
+    bench.add_argument("--num-assistant-tokens", type=int, default=5, help="draft length k (5)")
+    bench.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is reported (3)")
+    bench.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    bench.add_argument(
+        "--no-small-batch-gemm",
+        action="store_true",
+        help="keep torch's default GEMM for few-row inputs on CPU (see diversed/cpu.py)",
+    )
+    bench.add_argument("--out", required=True, help="JSON file to write")
+    bench.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ModelError, ValueError) as err:
+        parser.exit(2, f"diversed {args.command}: error: {err}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""Loading target and draft models: hub ids or local folders through ``from_pretrained``.
+
+Errors are one line and name the thing at fault: a local path that does not exist, a hub id
+that cannot be fetched, or a target/draft pair whose vocabularies differ.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+
+class ModelError(ValueError):
+    """A model could not be found or does not fit its partner."""
+
+
+def resolve(name: str) -> str:
+    """Return a local folder or a hub id; a path-like name that does not exist is an error."""
+    expanded = os.path.expanduser(name)
+    if Path(expanded).exists():
+        return expanded
+    looks_local = name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep == "\\" and "\\" in name
+    if looks_local:
+        raise ModelError(f"model path {name!r} does not exist")
+    return name
+
+
+def _from_pretrained(loader, name: str, **kwargs):
+    source = resolve(name)
+    try:
+        return loader.from_pretrained(source, **kwargs)
+    except OSError as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelError(
+            f"cannot load {name!r}: not a local folder, and the hub could not serve it ({first_line})"
+        ) from err
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    return _from_pretrained(AutoTokenizer, name)
+
+
+def load_model(
+    name: str, dtype: str = "float32", device: str = "cpu", attn_implementation: str | None = None
+) -> PreTrainedModel:
+    """A causal LM in eval mode on ``device``."""
+    kwargs = {"dtype": getattr(torch, dtype)}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    model = _from_pretrained(AutoModelForCausalLM, name, **kwargs)
+    return model.to(device).eval()
+
+
+def vocab_size(model: PreTrainedModel) -> int:
+    """Rows of the output layer: the size of the distributions the model produces."""
+    return model.get_output_embeddings().weight.shape[0]
+
+
+def check_pair(target: PreTrainedModel, draft: PreTrainedModel, target_name: str, draft_name: str) -> None:
+    """Speculative decoding compares p and q token by token, so both must share one vocabulary."""
+    t, d = vocab_size(target), vocab_size(draft)
+    if t != d:
+        raise ModelError(
+            f"target and draft vocabularies differ: {target_name} has {t} tokens, {draft_name} has {d}"
+        )
