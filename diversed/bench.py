@@ -160,12 +160,14 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_table(r: dict[str, Any]) -> str:
+    hf_ratio = r["hf_assisted_tok_s"] / r["auto_tok_s"]
     lines = [
-        f"target {r['target']} | draft {r['draft']} | k={r['k']} | {r['max_new_tokens']} tokens x {r['prompts']} prompts"
+        f"target {r['target']} | draft {r['draft']} | k={r['k']}"
+        f" | {r['max_new_tokens']} tokens x {r['prompts']} prompts"
         f" | {r['threads']} threads | median of {r['repeats']}",
         f"{'system':<14}{'tok/s':>10}{'vs auto':>10}",
         f"{'auto (HF)':<14}{r['auto_tok_s']:>10.2f}{1.0:>10.2f}",
-        f"{'HF assisted':<14}{r['hf_assisted_tok_s']:>10.2f}{r['hf_assisted_tok_s'] / r['auto_tok_s']:>10.2f}",
+        f"{'HF assisted':<14}{r['hf_assisted_tok_s']:>10.2f}{hf_ratio:>10.2f}",
         f"{'ours (sd)':<14}{r['ours_tok_s']:>10.2f}{r['measured_speedup']:>10.2f}",
         f"identical: {r['identical']} | alpha {r['alpha']:.3f} | c {r['c']:.3f}"
         f" | verify cost ({r['verify_tokens']} tokens) {r['verify_cost']:.2f}x"

