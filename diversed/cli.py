@@ -182,9 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is reported (3)")
     bench.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     bench.add_argument(
-        "--no-small-batch-gemm",
+        "--no-onednn",
         action="store_true",
-        help="keep torch's default GEMM for few-row inputs on CPU (see diversed/cpu.py)",
+        help="keep torch's default (MKL) linears instead of pre-packed oneDNN ones on CPU (diversed/cpu.py)",
     )
     bench.add_argument("--out", required=True, help="JSON file to write")
     bench.set_defaults(func=cmd_bench)

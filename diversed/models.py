@@ -12,13 +12,25 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from diversed import embedded
+from diversed.cpu import use_onednn_linear
+from diversed.embedded import is_embedded
+
 
 class ModelError(ValueError):
     """A model could not be found or does not fit its partner."""
 
 
 def resolve(name: str) -> str:
-    """Return a local folder or a hub id; a path-like name that does not exist is an error."""
+    """Return a local folder or a hub id; a path-like name that does not exist is an error.
+
+    ``embedded:NAME`` resolves to the converted folder of a model shipped on PyPI.
+    """
+    if is_embedded(name):
+        try:
+            return str(embedded.local_path(name))
+        except embedded.EmbeddedError as err:
+            raise ModelError(str(err)) from None
     expanded = os.path.expanduser(name)
     if Path(expanded).exists():
         return expanded
@@ -44,14 +56,20 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
 
 
 def load_model(
-    name: str, dtype: str = "float32", device: str = "cpu", attn_implementation: str | None = None
+    name: str,
+    dtype: str = "float32",
+    device: str = "cpu",
+    attn_implementation: str | None = None,
+    onednn: bool = True,
 ) -> PreTrainedModel:
-    """A causal LM in eval mode on ``device``."""
+    """A causal LM in eval mode on ``device``; on CPU its linears use oneDNN (see :mod:`diversed.cpu`)."""
     kwargs = {"dtype": getattr(torch, dtype)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = _from_pretrained(AutoModelForCausalLM, name, **kwargs)
-    return model.to(device).eval()
+    model = _from_pretrained(AutoModelForCausalLM, name, **kwargs).to(device).eval()
+    if onednn and device == "cpu":
+        use_onednn_linear(model)
+    return model
 
 
 def vocab_size(model: PreTrainedModel) -> int:
