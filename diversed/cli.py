@@ -106,7 +106,7 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from diversed.decoding import Decoder
-    from diversed.models import check_pair, load_model, load_tokenizer
+    from diversed.models import check_pair, eos_ids, load_model, load_tokenizer, prompt_ids
 
     config = decode_config(args)
     if config.method is Method.DIVERSED:
@@ -119,16 +119,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if config.method.speculative:
         draft = load_model(args.draft, args.dtype, args.device)
         check_pair(target, draft, args.target, args.draft)
-    if args.chat:
-        prompt_ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": args.prompt}], add_generation_prompt=True, tokenize=True
-        )
-        if not isinstance(prompt_ids, list):
-            prompt_ids = prompt_ids["input_ids"]
-    else:
-        prompt_ids = tokenizer(args.prompt).input_ids
     decoder = Decoder(target, draft, config, eos_token_ids=eos_ids(tokenizer, target))
-    result = decoder.generate(prompt_ids)
+    result = decoder.generate(prompt_ids(tokenizer, args.prompt, args.chat))
     text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
     if args.json:
         print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
@@ -138,15 +130,65 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def eos_ids(tokenizer, model) -> set[int]:
-    """End-of-sequence ids from the tokenizer and the model's generation config."""
-    ids = set()
-    for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
-        if isinstance(source, int):
-            ids.add(source)
-        elif source:
-            ids.update(source)
-    return ids
+def cmd_decode(args: argparse.Namespace) -> int:
+    from diversed.decode_dataset import DecodeJob, run_decode
+
+    config = decode_config(args)
+    if config.method is Method.DIVERSED:
+        raise ConfigError("method 'diversed' needs a trained ensemble head, which the CLI cannot load yet")
+    if config.method.speculative and not args.draft:
+        raise ConfigError(f"method {config.method.value!r} needs --draft")
+    job = DecodeJob(
+        args.dataset, args.split, args.n_examples, args.target, args.draft, config, args.chat, args.dtype
+    )
+    out = run_decode(job, args.out, args.data_dir, not args.no_hub, args.device, progress=not args.quiet)
+    print(out)
+    return 0
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from diversed.score import score_file
+
+    result = score_file(args.dataset, args.input, args.out, args.data_dir, not args.no_hub)
+    shown = {k: v for k, v in result.items() if k not in ("settings", "per_example")}
+    print(json.dumps(shown, indent=2))
+    return 0
+
+
+def cmd_data_show(args: argparse.Namespace) -> int:
+    from diversed.data import load_examples
+
+    for example in load_examples(
+        args.dataset, args.split, args.n, directory=args.data_dir, allow_hub=not args.no_hub
+    ):
+        print(f"===== {example.task} {example.id} =====")
+        print(example.prompt)
+        print(f"----- reference -----\n{example.reference}\n")
+    return 0
+
+
+def cmd_models_fetch(args: argparse.Namespace) -> int:
+    from diversed.embedded import EMBEDDED, fetch
+
+    for name in args.names or list(EMBEDDED):
+        print(f"embedded:{name} -> {fetch(name)}")
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from diversed.embedded import EMBEDDED, model_dir
+
+    for name, model in EMBEDDED.items():
+        state = "fetched" if (model_dir("embedded:" + name) / "config.json").exists() else "not fetched"
+        print(f"embedded:{name:<22} {state:<12} {model.description}")
+    return 0
+
+
+def add_data_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--data-dir", help="folder of <task>/<split>.jsonl files (default $DIVERSED_DATA_DIR)"
+    )
+    parser.add_argument("--no-hub", action="store_true", help="never try the Hugging Face hub for data")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -169,6 +211,47 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     gen.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
     gen.set_defaults(func=cmd_generate)
+
+    dec = sub.add_parser("decode", help="decode a dataset split into a resumable JSONL file")
+    add_model_flags(dec)
+    add_decoding_flags(dec)
+    dec.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
+    dec.add_argument("--split", default="test", help="split to decode (default test)")
+    dec.add_argument("--n-examples", "--n_examples", type=int, help="seeded random subset size (default all)")
+    dec.add_argument(
+        "--chat", action="store_true", help="wrap prompts in the chat template (default raw text)"
+    )
+    dec.add_argument("--out", required=True, help="JSONL file; rerun with the same arguments to resume")
+    dec.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_data_flags(dec)
+    dec.set_defaults(func=cmd_decode)
+
+    score = sub.add_parser("score", help="quality and efficiency metrics of a decode JSONL")
+    score.add_argument("--dataset", required=True, help="the dataset the file was decoded from")
+    score.add_argument("--in", dest="input", required=True, help="decode JSONL file")
+    score.add_argument("--out", required=True, help="metrics JSON file to write")
+    add_data_flags(score)
+    score.set_defaults(func=cmd_score)
+
+    data = sub.add_parser("data", help="look at the datasets").add_subparsers(
+        dest="data_command", required=True
+    )
+    show = data.add_parser("show", help="print prompts and references, as the model sees them")
+    show.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
+    show.add_argument("--split", default="test", help="split (default test)")
+    show.add_argument("-n", type=int, default=3, help="how many examples (default 3)")
+    add_data_flags(show)
+    show.set_defaults(func=cmd_data_show)
+
+    models = sub.add_parser("models", help="the embedded models").add_subparsers(
+        dest="models_command", required=True
+    )
+    fetch = models.add_parser("fetch", help="download, verify and convert embedded models (all by default)")
+    fetch.add_argument("names", nargs="*", help="e.g. qwen2.5-coder-1.5b")
+    fetch.set_defaults(func=cmd_models_fetch)
+    models.add_parser("list", help="embedded models and whether they are fetched").set_defaults(
+        func=cmd_models_list
+    )
 
     bench = sub.add_parser(
         "bench", help="time autoregressive HF generate, HF assisted generation and ours on the same prompts"
@@ -196,7 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, ModelError, ValueError) as err:
+    except (ConfigError, ModelError, ValueError, OSError) as err:
         parser.exit(2, f"diversed {args.command}: error: {err}\n")
 
 

@@ -84,3 +84,22 @@ def check_pair(target: PreTrainedModel, draft: PreTrainedModel, target_name: str
         raise ModelError(
             f"target and draft vocabularies differ: {target_name} has {t} tokens, {draft_name} has {d}"
         )
+
+
+def eos_ids(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel) -> set[int]:
+    """End-of-sequence ids from the tokenizer and the model's generation config (chat models have several)."""
+    ids: set[int] = set()
+    for source in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(source)
+    return ids
+
+
+def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -> list[int]:
+    """Raw text, as the paper fed it, or the tokenizer's chat template around it."""
+    if not chat:
+        return tokenizer(prompt).input_ids
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    return ids if isinstance(ids, list) else ids["input_ids"]

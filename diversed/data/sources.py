@@ -1,0 +1,65 @@
+"""Finding a task's split: a local JSONL folder, else the Hugging Face hub, else a clear error.
+
+Local layout: ``<data_dir>/<task>/<split>.jsonl``, one record per line in the Hugging Face field
+schema. ``data_dir`` comes from the caller or ``DIVERSED_DATA_DIR``. Data is never substituted:
+a split that cannot be found is an error naming the file to place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class DataError(ValueError):
+    """A split could not be resolved; the message says which file to place where."""
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """Where the paper loaded a split from: ``load_dataset(path, name, split=...)``."""
+
+    path: str
+    name: str | None
+    splits: dict[str, str]  # our split name -> the hub's (e.g. WMT19 has no test split)
+
+
+def data_dir(explicit: str | Path | None = None) -> Path | None:
+    chosen = explicit or os.environ.get("DIVERSED_DATA_DIR")
+    return Path(chosen).expanduser() if chosen else None
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def load_split(
+    task: str, split: str, hub: HubSource | None, directory: str | Path | None = None, allow_hub: bool = True
+) -> tuple[list[dict[str, Any]], str]:
+    """Records of ``task``/``split`` and a description of where they came from."""
+    root = data_dir(directory)
+    if root is not None:
+        path = root / task / f"{split}.jsonl"
+        if path.exists():
+            return read_jsonl(path), f"local {path}"
+    hub_error = "the hub is not allowed"
+    if hub is not None and allow_hub and split in hub.splits:
+        try:
+            from datasets import load_dataset
+
+            dataset = load_dataset(hub.path, hub.name, split=hub.splits[split])
+            return [dict(r) for r in dataset], f"hub {hub.path}:{hub.name or ''}:{hub.splits[split]}"
+        except Exception as err:  # noqa: BLE001 - offline, missing package, unknown split: all mean "not there"
+            first_line = str(err).splitlines()[0] if str(err) else ""
+            hub_error = f"the hub failed: {type(err).__name__}: {first_line}"
+    elif hub is None or split not in (hub.splits if hub else {}):
+        hub_error = f"the hub has no {split!r} split for it"
+    where = root if root is not None else "$DIVERSED_DATA_DIR (unset)"
+    raise DataError(
+        f"no data for {task}/{split}: place {task}/{split}.jsonl (Hugging Face field schema) under {where}"
+        f" or set DIVERSED_DATA_DIR; {hub_error}"
+    )

@@ -1,0 +1,155 @@
+"""Decoding a dataset into a resumable JSONL file, one line per example.
+
+Each line is written, flushed and fsync'ed as its example finishes. Rerunning with the same
+arguments skips the examples already there (a line cut short by a kill is dropped and redone),
+so a killed job loses at most the example in flight and never duplicates one. Every line carries
+the settings that made it; a file made with other settings is refused, not mixed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from diversed.config import DecodeConfig
+from diversed.data import DataError, get_task, load_examples
+from diversed.decoding import Decoder, EnsembleHead
+from diversed.stats import GenerationStats
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    """Everything that determines the records of one decode run."""
+
+    dataset: str
+    split: str
+    n_examples: int | None
+    target: str
+    draft: str | None
+    config: DecodeConfig
+    chat: bool = False
+    dtype: str = "float32"
+    head: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "split": self.split,
+            "n_examples": self.n_examples,
+            "target": self.target,
+            "draft": self.draft if self.config.method.speculative else None,
+            "chat": self.chat,
+            "dtype": self.dtype,
+            "head": self.head,
+            **self.config.to_dict(),
+        }
+
+    def settings_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
+    """Records already in ``path``; drop a torn last line; refuse records of other settings."""
+    if not path.exists():
+        return {}
+    finished: dict[str, dict[str, Any]] = {}
+    keep_bytes = 0
+    with path.open("rb") as handle:
+        for raw in handle:
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError:
+                break  # a line torn by a kill: everything from here is redone
+            if not raw.endswith(b"\n"):
+                break
+            if record.get("settings_hash") != job.settings_hash():
+                old = record.get("settings", {})
+                diff = sorted(
+                    k for k in set(old) | set(job.settings()) if old.get(k) != job.settings().get(k)
+                )
+                raise DataError(
+                    f"{path} holds records made with different arguments (differing: {', '.join(diff)});"
+                    " use another --out or delete the file"
+                )
+            finished[record["id"]] = record
+            keep_bytes += len(raw)
+    if keep_bytes != path.stat().st_size:
+        with path.open("r+b") as handle:
+            handle.truncate(keep_bytes)
+    return finished
+
+
+def run_decode(
+    job: DecodeJob,
+    out: str | Path,
+    data_dir: str | Path | None = None,
+    allow_hub: bool = True,
+    device: str = "cpu",
+    head: EnsembleHead | None = None,
+    progress: bool = True,
+) -> Path:
+    """Decode every example of ``job`` not yet in ``out``; return ``out``."""
+    from diversed.models import check_pair, eos_ids, load_model, load_tokenizer, prompt_ids
+
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    examples = load_examples(job.dataset, job.split, job.n_examples, directory=data_dir, allow_hub=allow_hub)
+    finished = read_finished(path, job)
+    todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in finished]
+    if not todo:
+        return path
+    tokenizer = load_tokenizer(job.target)
+    target = load_model(job.target, job.dtype, device)
+    draft = None
+    if job.config.method.speculative:
+        draft = load_model(job.draft, job.dtype, device)
+        check_pair(target, draft, job.target, job.draft)
+    task = get_task(job.dataset)
+    decoder = Decoder(
+        target,
+        draft,
+        job.config,
+        head=head,
+        eos_token_ids=eos_ids(tokenizer, target),
+        stop_strings=task.stop_strings,
+        decode_text=tokenizer.decode,
+    )
+    settings, digest = job.settings(), job.settings_hash()
+    done_stats = [GenerationStats()]
+    bar = tqdm(todo, desc=f"{job.dataset} {job.config.method.value}", unit="ex", disable=not progress)
+    with path.open("a", encoding="utf-8") as sink:
+        for index, example in bar:
+            ids = prompt_ids(tokenizer, example.prompt, job.chat)
+            result = decoder.generate(ids, seed=job.config.seed + index)
+            completion = tokenizer.decode(result.token_ids, skip_special_tokens=True)
+            record = {
+                "id": example.id,
+                "dataset": job.dataset,
+                "split": job.split,
+                "method": job.config.method.value,
+                "prompt": example.prompt,
+                "completion": completion,
+                "prediction": task.extract(completion, example.record),
+                "reference": example.reference,
+                "token_ids": result.token_ids,
+                "finish_reason": result.finish_reason,
+                "stats": result.stats.to_dict(),
+                "settings": settings,
+                "settings_hash": digest,
+            }
+            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+            sink.flush()
+            os.fsync(sink.fileno())
+            done_stats.append(result.stats)
+            total = GenerationStats.total(done_stats)
+            postfix = {"tok/s": f"{total.tokens_per_second:.2f}"}
+            if total.acceptance_rate is not None:
+                postfix["accept"] = f"{total.acceptance_rate:.1%}"
+            bar.set_postfix(postfix)
+    return path

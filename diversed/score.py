@@ -1,0 +1,87 @@
+"""Scoring a decode JSONL: the task's quality metrics and pooled efficiency figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from diversed.data import DataError, get_task, load_records
+from diversed.metrics import accuracy, bleu, pass_at_1, rouge
+from diversed.sandbox import run_program
+from diversed.stats import GenerationStats
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    with Path(path).open(encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    if not records:
+        raise DataError(f"{path} holds no decoded examples")
+    return records
+
+
+def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Pooled over examples: rates are ratios of sums, not means of ratios."""
+    total = GenerationStats.total(GenerationStats.from_dict(r["stats"]) for r in records)
+    return {
+        "acceptance_rate": total.acceptance_rate,
+        "mean_accepted_length": total.mean_accepted_length,
+        "tokens_per_second": total.tokens_per_second,
+        "seconds_per_example": total.seconds / len(records),
+        "target_forwards_per_token": total.target_forwards / total.new_tokens if total.new_tokens else None,
+        "new_tokens": total.new_tokens,
+        "drafted": total.drafted,
+        "accepted": total.accepted,
+        "blocks": total.blocks,
+    }
+
+
+def quality(
+    dataset: str, records: list[dict[str, Any]], data_dir: str | Path | None = None, allow_hub: bool = True
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The task's metrics, and per-example outcomes (pass/fail reasons for code)."""
+    task = get_task(dataset)
+    predictions = [r["prediction"] for r in records]
+    references = [r["reference"] for r in records]
+    if task.metric == "rouge":
+        return rouge(predictions, references), []
+    if task.metric == "bleu":
+        return bleu(predictions, references), []
+    if task.metric == "accuracy":
+        return accuracy(predictions, references), []
+    split = records[0].get("split", "test")
+    source, _ = load_records(task, split, data_dir, allow_hub)
+    by_id = {task.example_id(rec, i): rec for i, rec in enumerate(source)}
+    outcomes = []
+    for r in records:
+        if r["id"] not in by_id:
+            raise DataError(f"{dataset}/{split} has no example {r['id']!r} to test the prediction against")
+        result = run_program(task.program(r["prediction"], by_id[r["id"]]))
+        outcomes.append(
+            {"id": r["id"], "passed": result.passed, "status": result.status, "reason": result.reason}
+        )
+    return pass_at_1([o["passed"] for o in outcomes]), outcomes
+
+
+def score_file(
+    dataset: str,
+    path: str | Path,
+    out: str | Path,
+    data_dir: str | Path | None = None,
+    allow_hub: bool = True,
+) -> dict[str, Any]:
+    records = read_records(path)
+    metrics, outcomes = quality(dataset, records, data_dir, allow_hub)
+    result = {
+        "dataset": dataset,
+        "method": records[0]["method"],
+        "n_examples": len(records),
+        **metrics,
+        **efficiency(records),
+        "settings": records[0].get("settings", {}),
+    }
+    if outcomes:
+        result["per_example"] = outcomes
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=2) + "\n")
+    return result

@@ -1,0 +1,149 @@
+"""Datasets: seeded subsets, the paper's prompts, answer extraction, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from diversed.data import DataError, get_task, load_examples
+from diversed.data.tasks import CNNDM, normalise_number
+
+SHARED = os.environ.get("DIVERSED_DATA_DIR")
+needs_shared = pytest.mark.skipif(
+    not SHARED or not Path(SHARED, "gsm8k", "test.jsonl").exists(),
+    reason="DIVERSED_DATA_DIR does not point at the shared data copies (.ci/run sets it)",
+)
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+@pytest.fixture
+def cnndm_dir(tmp_path):
+    """A small CNN/DM fixture in the HF schema (no real copy is available offline)."""
+    shot = {
+        "id": CNNDM.SHOT_ID,
+        "article": "Harry Potter star Daniel Radcliffe turns 18.",
+        "highlights": "Radcliffe is 18.",
+    }
+    train = [{"id": "a" * 40, "article": "Other text.", "highlights": "Other."}, shot]
+    test = [
+        {"id": f"{i:040d}", "article": f"Article number {i} text.", "highlights": f"Summary {i}."}
+        for i in range(6)
+    ]
+    write_jsonl(tmp_path / "cnndm" / "train.jsonl", train)
+    write_jsonl(tmp_path / "cnndm" / "test.jsonl", test)
+    return tmp_path
+
+
+def test_humaneval_loads_offline_from_its_package():
+    examples = load_examples("humaneval", n=164)
+    assert len(examples) == 164 and len({e.id for e in examples}) == 164
+    first = examples[0]
+    assert first.prompt == first.record["prompt"]
+
+
+def test_subset_is_seeded_and_stable():
+    a = [e.id for e in load_examples("humaneval", n=10)]
+    assert a == [e.id for e in load_examples("humaneval", n=10)]
+    assert a != [e.id for e in load_examples("humaneval", n=10, seed=7)]
+    assert a[:5] == [e.id for e in load_examples("humaneval", n=5)]  # a prefix of the same shuffle
+
+
+def test_cnndm_one_shot_prompt_and_extraction(cnndm_dir):
+    examples = load_examples("cnndm", n=3, directory=cnndm_dir, allow_hub=False)
+    prompt = examples[0].prompt
+    assert prompt.startswith(
+        "Article: Harry Potter star Daniel Radcliffe turns 18.\n\nHighlights: Radcliffe is 18."
+    )
+    assert prompt.endswith("\n\nHighlights: ")
+    assert get_task("cnndm").extract(" A summary.\n\nArticle: next one", examples[0].record) == "A summary."
+
+
+def test_missing_split_names_the_file(tmp_path):
+    with pytest.raises(DataError, match=r"place gsm8k/test.jsonl .* under " + str(tmp_path)):
+        load_examples("gsm8k", directory=tmp_path, allow_hub=False)
+
+
+def test_missing_fewshot_example_is_an_error(tmp_path):
+    write_jsonl(tmp_path / "cnndm" / "train.jsonl", [{"id": "b" * 40, "article": "x", "highlights": "y"}])
+    write_jsonl(tmp_path / "cnndm" / "test.jsonl", [{"id": "c" * 40, "article": "x", "highlights": "y"}])
+    with pytest.raises(DataError, match=CNNDM.SHOT_ID):
+        load_examples("cnndm", directory=tmp_path, allow_hub=False)
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        (" 3 + 4 = 7\n#### 7\n\nQuestion: next", "7"),
+        (" so she pays $1,250.00 in total.\n\nQuestion: x #### 9", "1250"),
+        (" the answer is 12 apples and 5 pears", "5"),
+        (" nothing numeric here", ""),
+    ],
+)
+def test_gsm8k_extraction(completion, expected):
+    assert get_task("gsm8k").extract(completion, {}) == expected
+
+
+def test_number_normalisation():
+    assert normalise_number(" 1,234.0 ") == "1234"
+    assert normalise_number("-3") == "-3"
+
+
+def test_mbpp_extraction_keeps_imports_and_drops_fences():
+    completion = (
+        "Here you go:\n```python\nimport math\ndef f(x):\n    return math.sqrt(x)\n```\nExplanation..."
+    )
+    assert get_task("mbpp").extract(completion, {}) == "import math\ndef f(x):\n    return math.sqrt(x)"
+
+
+def test_humaneval_extraction_appends_completion_to_prompt():
+    record = {"prompt": "def add(a, b):\n    '''Add.'''\n", "entry_point": "add"}
+    task = get_task("humaneval")
+    assert (
+        task.extract("    return a + b\n\ndef other():\n    pass", record)
+        == record["prompt"] + "    return a + b"
+    )
+    rewritten = "```python\ndef add(a, b):\n    return b + a\n```"
+    assert task.extract(rewritten, record) == "def add(a, b):\n    return b + a"
+
+
+@needs_shared
+def test_gsm8k_four_shot_prompt_from_train():
+    examples = load_examples("gsm8k", n=3, directory=SHARED, allow_hub=False)
+    prompt = examples[0].prompt
+    assert prompt.count("Question:") == 5 and prompt.count("####") == 4
+    assert (
+        prompt.index("Georgie") < prompt.index("Hana") < prompt.index("shoe company") < prompt.index("Olga")
+    )
+    assert "<<" not in prompt  # calculator annotations stripped
+    assert prompt.endswith(f"Question: {examples[0].record['question']}\nAnswer: Let's think step by step.")
+    assert examples[0].reference == normalise_number(examples[0].record["answer"].split("####")[-1])
+
+
+@needs_shared
+def test_mbpp_test_split_lists_its_tests():
+    examples = load_examples("mbpp", n=5, directory=SHARED, allow_hub=False)
+    for e in examples:
+        assert 11 <= int(e.id) <= 510
+        assert all(test in e.prompt for test in e.record["test_list"])
+
+
+@needs_shared
+def test_wmt_is_english_to_german():
+    example = load_examples("wmt", n=1, directory=SHARED, allow_hub=False)[0]
+    assert example.prompt.startswith("Translate the following English sentences to German.\n\nEnglish: ")
+    assert example.prompt.endswith("\nGerman:")
+    assert example.reference == example.record["translation"]["de"]
+    assert get_task("wmt").extract(" Guten Tag.\n\nEnglish: more", example.record) == "Guten Tag."
+
+
+@needs_shared
+def test_xsum_needs_its_train_split_for_the_two_shots():
+    with pytest.raises(DataError, match="xsum/train.jsonl"):
+        load_examples("xsum", n=1, directory=SHARED, allow_hub=False)
