@@ -104,22 +104,34 @@ def decode_config(args: argparse.Namespace) -> DecodeConfig:
     return DecodeConfig.from_dict(values)
 
 
+def check_method_inputs(config: DecodeConfig, args: argparse.Namespace) -> None:
+    if config.method.speculative and not args.draft:
+        raise ConfigError(f"method {config.method.value!r} needs --draft")
+    if config.method is Method.DIVERSED and not args.head:
+        raise ConfigError("method 'diversed' needs --head (a folder written by `diversed train-head`)")
+
+
+def load_head_for(path: str, target, draft):
+    """The trained head, checked against the two models' hidden sizes."""
+    from diversed.head import load_head
+
+    return load_head(path, draft.config.hidden_size, target.config.hidden_size)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from diversed.decoding import Decoder
     from diversed.models import check_pair, eos_ids, load_model, load_tokenizer, prompt_ids
 
     config = decode_config(args)
-    if config.method is Method.DIVERSED:
-        raise ConfigError("method 'diversed' needs a trained ensemble head, which the CLI cannot load yet")
-    if config.method.speculative and not args.draft:
-        raise ConfigError(f"method {config.method.value!r} needs --draft")
+    check_method_inputs(config, args)
     tokenizer = load_tokenizer(args.target)
     target = load_model(args.target, args.dtype, args.device)
     draft = None
     if config.method.speculative:
         draft = load_model(args.draft, args.dtype, args.device)
         check_pair(target, draft, args.target, args.draft)
-    decoder = Decoder(target, draft, config, eos_token_ids=eos_ids(tokenizer, target))
+    head = load_head_for(args.head, target, draft) if config.method is Method.DIVERSED else None
+    decoder = Decoder(target, draft, config, head=head, eos_token_ids=eos_ids(tokenizer, target))
     result = decoder.generate(prompt_ids(tokenizer, args.prompt, args.chat))
     text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
     if args.json:
@@ -191,6 +203,49 @@ def add_data_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-hub", action="store_true", help="never try the Hugging Face hub for data")
 
 
+def cmd_collect_traces(args: argparse.Namespace) -> int:
+    from diversed.traces import TraceJob, collect_traces
+
+    job = TraceJob(
+        dataset=args.dataset,
+        split=args.split,
+        n_examples=args.n_examples,
+        target=args.target,
+        draft=args.draft,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        behaviour_weights=tuple(args.behaviour_weights),
+        head=args.head,
+        chat=args.chat,
+        dtype=args.dtype,
+        seed=args.seed,
+    )
+    for weight in job.behaviour_weights:
+        if not 0.0 <= weight <= 1.0:
+            raise ConfigError(f"behaviour_weights: {weight} is not in [0, 1]")
+    print(collect_traces(job, args.out, args.data_dir, not args.no_hub, args.device, progress=not args.quiet))
+    return 0
+
+
+def cmd_train_head(args: argparse.Namespace) -> int:
+    from diversed.train import TrainConfig, train_from_traces
+
+    if args.reg_lambda <= 0:
+        raise ConfigError(f"reg_lambda: {args.reg_lambda} must be > 0 (it rewards accepted drafts)")
+    cfg = TrainConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        reg_lambda=args.reg_lambda,
+        baseline=args.baseline,
+        hidden=args.hidden,
+        seed=args.seed,
+    )
+    card = train_from_traces(args.traces, args.out, cfg, progress=not args.quiet)
+    print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from diversed.bench import run_bench
 
@@ -208,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(gen)
     add_decoding_flags(gen)
     gen.add_argument("--prompt", required=True, help="prompt text")
+    gen.add_argument("--head", help="trained ensemble head folder (method diversed)")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
     gen.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
     gen.set_defaults(func=cmd_generate)
@@ -223,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     dec.add_argument("--out", required=True, help="JSONL file; rerun with the same arguments to resume")
     dec.add_argument("--quiet", action="store_true", help="no progress bar")
+    dec.add_argument("--head", help="trained ensemble head folder (method diversed)")
     add_data_flags(dec)
     dec.set_defaults(func=cmd_decode)
 
@@ -252,6 +309,47 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_parser("list", help="embedded models and whether they are fetched").set_defaults(
         func=cmd_models_list
     )
+
+    col = sub.add_parser(
+        "collect-traces", help="roll out train prompts from a behaviour mixture; store traces"
+    )
+    add_model_flags(col, draft_required=True)
+    col.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
+    col.add_argument("--split", default="train", help="split (default train; never evaluate on it)")
+    col.add_argument("--n-examples", type=int, default=32, help="prompts (default 32)")
+    col.add_argument("--max-new-tokens", type=int, default=128, help="tokens per rollout (default 128)")
+    col.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    col.add_argument(
+        "--behaviour-weights",
+        type=float,
+        nargs="+",
+        default=[0.5, 1.0],
+        help="target weights w of mu (0.5 1.0)",
+    )
+    col.add_argument("--head", help="use a trained head as behaviour policy (next round)")
+    col.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    col.add_argument("--seed", type=int, default=42, help="subset and sampling seed (42)")
+    col.add_argument("--out", required=True, help="trace folder; rerun to resume")
+    col.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_data_flags(col)
+    col.set_defaults(func=cmd_collect_traces)
+
+    tr = sub.add_parser("train-head", help="train the DIVERSED ensemble head on stored traces")
+    tr.add_argument("--traces", required=True, help="folder written by collect-traces")
+    tr.add_argument("--out", required=True, help="head folder to write (head.safetensors + head.json)")
+    tr.add_argument("--epochs", type=int, default=4, help="passes over the traces (4)")
+    tr.add_argument("--batch-size", type=int, default=8, help="sequences per step (8)")
+    tr.add_argument("--lr", type=float, default=5e-4, help="AdamW learning rate (5e-4)")
+    tr.add_argument(
+        "--reg-lambda", type=float, default=0.5, help="weight of the acceptance reward, > 0 (0.5)"
+    )
+    tr.add_argument(
+        "--baseline", choices=["batch", "running"], default="batch", help="reward baseline (batch)"
+    )
+    tr.add_argument("--hidden", type=int, default=0, help="MLP width; 0 = the paper's linear head (0)")
+    tr.add_argument("--seed", type=int, default=42, help="seed (42)")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    tr.set_defaults(func=cmd_train_head)
 
     bench = sub.add_parser(
         "bench", help="time autoregressive HF generate, HF assisted generation and ours on the same prompts"

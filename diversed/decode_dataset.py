@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from diversed.config import DecodeConfig
 from diversed.data import DataError, get_task, load_examples
-from diversed.decoding import Decoder, EnsembleHead
+from diversed.decoding import Decoder
 from diversed.stats import GenerationStats
 
 
@@ -91,7 +91,6 @@ def run_decode(
     data_dir: str | Path | None = None,
     allow_hub: bool = True,
     device: str = "cpu",
-    head: EnsembleHead | None = None,
     progress: bool = True,
 ) -> Path:
     """Decode every example of ``job`` not yet in ``out``; return ``out``."""
@@ -110,6 +109,11 @@ def run_decode(
     if job.config.method.speculative:
         draft = load_model(job.draft, job.dtype, device)
         check_pair(target, draft, job.target, job.draft)
+    head = None
+    if job.head:
+        from diversed.head import load_head
+
+        head = load_head(job.head, draft.config.hidden_size, target.config.hidden_size)
     task = get_task(job.dataset)
     decoder = Decoder(
         target,

@@ -1,0 +1,81 @@
+"""The DIVERSED ensemble head: per-token target weight from both models' hidden states.
+
+As in the paper's code: one linear layer over [h_draft ; h_target] (last-layer hidden states at
+the position being verified) gives two logits, softmax gives (w_draft, w_target). Both rows start
+identical and the bias at zero, so every weight starts at exactly 0.5. An optional small MLP
+replaces the linear layer (``hidden`` > 0), with the same start.
+
+Saved as ``head.safetensors`` plus ``head.json``, a card with the input sizes, the models, the
+task, the training config and its hash, and metrics at save time.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+WEIGHTS = "head.safetensors"
+CARD = "head.json"
+
+
+class HeadError(ValueError):
+    """A head file is missing or does not fit the models."""
+
+
+class EnsembleHead(nn.Module):
+    """(h_draft [L, d_draft], h_target [L, d_target]) -> target weight w [L] in (0, 1)."""
+
+    def __init__(self, d_draft: int, d_target: int, hidden: int = 0, seed: int = 0) -> None:
+        super().__init__()
+        self.d_draft, self.d_target, self.hidden = d_draft, d_target, hidden
+        width = d_draft + d_target
+        self.body = nn.Sequential(nn.Linear(width, hidden), nn.GELU()) if hidden else nn.Identity()
+        self.out = nn.Linear(hidden or width, 2)
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            row = torch.randn(self.out.in_features, generator=generator) * 0.01
+            self.out.weight.copy_(row.expand(2, -1))  # identical rows: softmax gives exactly (0.5, 0.5)
+            self.out.bias.zero_()
+            if hidden:
+                nn.init.normal_(self.body[0].weight, std=0.02, generator=generator)
+                nn.init.zeros_(self.body[0].bias)
+
+    def forward(self, h_draft: torch.Tensor, h_target: torch.Tensor) -> torch.Tensor:
+        features = torch.cat([h_draft.float(), h_target.float()], dim=-1)
+        weights = self.out(self.body(features)).softmax(-1)
+        return weights[..., 1]  # column 0 is w_draft, column 1 is w_target
+
+
+def save_head(head: EnsembleHead, directory: str | Path, card: dict[str, Any]) -> Path:
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(out / WEIGHTS))
+    full_card = {"d_draft": head.d_draft, "d_target": head.d_target, "hidden": head.hidden, **card}
+    (out / CARD).write_text(json.dumps(full_card, indent=2) + "\n")
+    return out
+
+
+def load_head(directory: str | Path, d_draft: int | None = None, d_target: int | None = None) -> EnsembleHead:
+    """Load a saved head; sizes that do not fit the models are a one-line error naming both."""
+    path = Path(directory)
+    if not (path / CARD).exists() or not (path / WEIGHTS).exists():
+        raise HeadError(f"no ensemble head at {path} (expected {CARD} and {WEIGHTS})")
+    card = json.loads((path / CARD).read_text())
+    expected = (card["d_draft"], card["d_target"])
+    if d_draft is not None and d_target is not None and (d_draft, d_target) != expected:
+        raise HeadError(
+            f"head {path} expects hidden sizes draft {expected[0]} + target {expected[1]},"
+            f" but the models have draft {d_draft} + target {d_target}"
+        )
+    head = EnsembleHead(card["d_draft"], card["d_target"], card.get("hidden", 0))
+    head.load_state_dict(load_file(str(path / WEIGHTS)))
+    return head.eval()
+
+
+def read_card(directory: str | Path) -> dict[str, Any]:
+    return json.loads((Path(directory) / CARD).read_text())
