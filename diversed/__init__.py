@@ -1,20 +1,30 @@
-"""diversed: relaxed speculative decoding (DIVERSED, AISTATS 2026) on stock transformers."""
+"""diversed: relaxed speculative decoding (DIVERSED, AISTATS 2026) on stock transformers.
 
-from diversed.config import ConfigError, DecodeConfig
-from diversed.decoding import Decoder, Generation
-from diversed.methods import CascadeRule, EnsembleSpace, Method, Schedule, parse_method
-from diversed.stats import GenerationStats
+The public names are imported on first use, so that light commands (scoring, reports, data checks)
+do not pay for importing torch and transformers.
+"""
 
-__all__ = [
-    "CascadeRule",
-    "ConfigError",
-    "DecodeConfig",
-    "Decoder",
-    "EnsembleSpace",
-    "Generation",
-    "GenerationStats",
-    "Method",
-    "Schedule",
-    "parse_method",
-]
+from importlib import import_module
+from typing import Any
+
 __version__ = "0.1.0"
+
+_EXPORTS = {
+    "ConfigError": "diversed.config",
+    "DecodeConfig": "diversed.config",
+    "Decoder": "diversed.decoding",
+    "Generation": "diversed.decoding",
+    "GenerationStats": "diversed.stats",
+    "CascadeRule": "diversed.methods",
+    "EnsembleSpace": "diversed.methods",
+    "Method": "diversed.methods",
+    "Schedule": "diversed.methods",
+    "parse_method": "diversed.methods",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'diversed' has no attribute {name!r}")

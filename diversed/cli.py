@@ -10,11 +10,11 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from diversed.config import ConfigError, DecodeConfig
 from diversed.methods import Method, method_choices, parse_method
-from diversed.models import ModelError
 
 
 def add_model_flags(parser: argparse.ArgumentParser, draft_required: bool = False) -> None:
@@ -146,12 +146,18 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from diversed.decode_dataset import DecodeJob, run_decode
 
     config = decode_config(args)
-    if config.method is Method.DIVERSED:
-        raise ConfigError("method 'diversed' needs a trained ensemble head, which the CLI cannot load yet")
-    if config.method.speculative and not args.draft:
-        raise ConfigError(f"method {config.method.value!r} needs --draft")
+    check_method_inputs(config, args)
+    head = args.head if config.method is Method.DIVERSED else None
     job = DecodeJob(
-        args.dataset, args.split, args.n_examples, args.target, args.draft, config, args.chat, args.dtype
+        args.dataset,
+        args.split,
+        args.n_examples,
+        args.target,
+        args.draft,
+        config,
+        args.chat,
+        args.dtype,
+        head=head,
     )
     out = run_decode(job, args.out, args.data_dir, not args.no_hub, args.device, progress=not args.quiet)
     print(out)
@@ -184,6 +190,30 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
 
     for name in args.names or list(EMBEDDED):
         print(f"embedded:{name} -> {fetch(name)}")
+    return 0
+
+
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    from diversed.embedded import fetch, is_embedded
+    from diversed.models import resolve
+
+    ready = {}
+    for role, name in (("target", args.target), ("draft", args.draft)):
+        ready[role] = {"name": name, "path": str(fetch(name)) if is_embedded(name) else resolve(name)}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(ready, indent=2) + "\n")
+    return 0
+
+
+def cmd_data_status(args: argparse.Namespace) -> int:
+    from diversed.data import resolve
+
+    status = {d: resolve(d, args.split, args.data_dir, not args.no_hub) for d in args.datasets}
+    text = json.dumps({"split": args.split, "datasets": status}, indent=2) + "\n"
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    print(text, end="")
     return 0
 
 
@@ -241,9 +271,33 @@ def cmd_train_head(args: argparse.Namespace) -> int:
         hidden=args.hidden,
         seed=args.seed,
     )
-    card = train_from_traces(args.traces, args.out, cfg, progress=not args.quiet)
+    log_step = (lambda step, figures: args.tracker.metrics(figures, step)) if args.tracker else None
+    card = train_from_traces(args.traces, args.out, cfg, log_step=log_step, progress=not args.quiet)
     print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
     return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from diversed.report import load_scores, write_plots, write_tables
+
+    rows = load_scores(args.scores)
+    for path in write_tables(rows, args.tables) + write_plots(rows, args.plots):
+        print(path)
+    return 0
+
+
+def cmd_models_tiny(args: argparse.Namespace) -> int:
+    from diversed.tiny import write_tiny_pair
+
+    target, draft = write_tiny_pair(args.out, seed=args.seed)
+    print(json.dumps({"target": str(target), "draft": str(draft)}))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from diversed.doctor import run_doctor
+
+    return run_doctor(args.data_dir)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -256,6 +310,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="diversed", description="Relaxed speculative decoding (DIVERSED) on stock transformers."
+    )
+    parser.add_argument(
+        "--track",
+        metavar="STAGE",
+        help="log this command as an MLflow child run named STAGE (used by the workflow)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -300,15 +359,42 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_flags(show)
     show.set_defaults(func=cmd_data_show)
 
+    status = data.add_parser(
+        "status", help="where each dataset would come from: package, local, hub or missing"
+    )
+    status.add_argument("--datasets", nargs="+", required=True, help="dataset names")
+    status.add_argument("--split", default="test", help="split (default test)")
+    status.add_argument("--out", help="also write the JSON here")
+    add_data_flags(status)
+    status.set_defaults(func=cmd_data_status)
+
     models = sub.add_parser("models", help="the embedded models").add_subparsers(
         dest="models_command", required=True
     )
     fetch = models.add_parser("fetch", help="download, verify and convert embedded models (all by default)")
     fetch.add_argument("names", nargs="*", help="e.g. qwen2.5-coder-1.5b")
     fetch.set_defaults(func=cmd_models_fetch)
-    models.add_parser("list", help="embedded models and whether they are fetched").set_defaults(
-        func=cmd_models_list
-    )
+    prep = models.add_parser("prepare", help="make a target/draft pair loadable (fetches embedded ones)")
+    prep.add_argument("--target", required=True, help="target: hub id, local folder or embedded:NAME")
+    prep.add_argument("--draft", required=True, help="draft: hub id, local folder or embedded:NAME")
+    prep.add_argument("--out", required=True, help="JSON file naming what each resolved to")
+    prep.set_defaults(func=cmd_models_prepare)
+    listing = models.add_parser("list", help="embedded models and whether they are fetched")
+    listing.set_defaults(func=cmd_models_list)
+    tiny = models.add_parser("tiny", help="write a tiny random-weight target/draft pair (tests, CI workflow)")
+    tiny.add_argument("--out", required=True, help="folder; gets target/ and draft/")
+    tiny.add_argument("--seed", type=int, default=0, help="weight seed (0)")
+    tiny.set_defaults(func=cmd_models_tiny)
+
+    rep = sub.add_parser("report", help="paper tables and Pareto plots from score files")
+    rep.add_argument("--scores", nargs="+", required=True, help="score JSON files")
+    rep.add_argument("--tables", required=True, help="output prefix, e.g. results/tables/main")
+    rep.add_argument("--plots", required=True, help="output folder for PNG and SVG plots")
+    rep.set_defaults(func=cmd_report)
+
+    doc = sub.add_parser("doctor", help="check the installation, models, datasets and tracking store")
+    add_data_flags(doc)
+    doc.set_defaults(func=cmd_doctor)
 
     col = sub.add_parser(
         "collect-traces", help="roll out train prompts from a behaviour mixture; store traces"
@@ -372,12 +458,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_tracked(args: argparse.Namespace) -> int:
+    """Run the command inside an MLflow child run: its flags as params, its JSON output as metrics."""
+    from diversed.tracking import job_run
+
+    with job_run(args.track) as run:
+        args.tracker = run
+        params = {k: v for k, v in vars(args).items() if k not in ("func", "tracker", "track")}
+        run.params(params)
+        code = args.func(args)
+        out = Path(args.out) if getattr(args, "out", None) else None
+        if out is not None and out.suffix == ".json" and out.is_file():
+            run.metrics(json.loads(out.read_text()))
+        if out is not None and (out / "head.json").is_file():
+            run.metrics(json.loads((out / "head.json").read_text()).get("metrics", {}))
+        if out is not None:
+            run.artifact(out)
+        return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.tracker = None
     try:
-        return args.func(args)
-    except (ConfigError, ModelError, ValueError, OSError) as err:
+        return run_tracked(args) if args.track else args.func(args)
+    except (ValueError, OSError) as err:  # ConfigError, ModelError, DataError, HeadError are ValueErrors
         parser.exit(2, f"diversed {args.command}: error: {err}\n")
 
 

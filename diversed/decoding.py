@@ -178,7 +178,9 @@ class Decoder:
         drafted: list[int] = []
         q_rows, logit_rows, hidden_rows = [], [], []
         for _ in range(count):
+            start = time.perf_counter()
             logits, states = _forward(self.draft, feed, cache, hidden)
+            stats.draft_seconds += time.perf_counter() - start
             stats.draft_forwards += 1
             q = probabilities(logits[-1], self.sampling)
             token = int(draw(q, self.sampling, generator))
@@ -208,7 +210,9 @@ class Decoder:
     ) -> tuple[int, int]:
         """One target forward over the last token and the drafts; return (accepted, extra token)."""
         hidden = self.rule.needs_hidden_states and bool(drafted)
+        start = time.perf_counter()
         logits, h_target = _forward(self.target, [tokens[-1], *drafted], cache, hidden)
+        stats.target_seconds += time.perf_counter() - start
         stats.target_forwards += 1
         p = probabilities(logits, self.sampling)
         num = len(drafted)

@@ -29,6 +29,10 @@ def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
         "tokens_per_second": total.tokens_per_second,
         "seconds_per_example": total.seconds / len(records),
         "target_forwards_per_token": total.target_forwards / total.new_tokens if total.new_tokens else None,
+        "target_step_seconds": total.target_seconds / total.target_forwards
+        if total.target_forwards
+        else None,
+        "draft_step_seconds": total.draft_seconds / total.draft_forwards if total.draft_forwards else None,
         "new_tokens": total.new_tokens,
         "drafted": total.drafted,
         "accepted": total.accepted,

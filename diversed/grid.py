@@ -1,0 +1,76 @@
+"""The workflow's method grid: config entries -> named, validated decoding settings -> CLI flags.
+
+A grid entry is a partial decoding setting (keys of ``schemas/decoding.schema.yaml``) whose values
+may be lists, which are swept; every entry is crossed with the configured draft lengths and
+temperatures. Each setting is validated by :class:`DecodeConfig`, so the workflow accepts exactly
+what the CLI accepts, and gets a stable, readable name used in file names and tables.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from diversed.config import DecodeConfig, decoding_schema
+from diversed.methods import Method
+
+# Short names for the keys that vary between settings (file names stay readable).
+ABBREVIATIONS = {
+    "target_weight": "w",
+    "lenience": "l",
+    "cascade_rule": "",
+    "cascade_alpha": "a",
+    "ensemble_space": "",
+    "num_assistant_tokens": "k",
+    "temperature": "T",
+    "schedule": "",
+    "confidence_threshold": "ct",
+    "top_k": "topk",
+    "top_p": "topp",
+}
+FLAG_OF = {"schedule": "--assistant-schedule", "confidence_threshold": "--assistant-confidence-threshold"}
+
+
+def _name(values: dict[str, Any]) -> str:
+    parts = [values["method"]]
+    for key, abbreviation in ABBREVIATIONS.items():
+        if key in values:
+            parts.append(
+                f"{abbreviation}{values[key]:g}"
+                if isinstance(values[key], float)
+                else f"{abbreviation}{values[key]}"
+            )
+    return "-".join(parts)
+
+
+def expand(
+    entries: list[dict[str, Any]], draft_lengths: list[int], temperatures: list[float], common: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """name -> setting (plain values, validated) for every grid point."""
+    settings: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        sweeps = {k: v if isinstance(v, list) else [v] for k, v in entry.items()}
+        for combo in itertools.product(*sweeps.values()):
+            point = dict(zip(sweeps, combo, strict=True))
+            method = DecodeConfig.from_dict({"method": point["method"]}).method
+            lengths = [None] if method is Method.AUTO else draft_lengths
+            for k, temperature in itertools.product(lengths, temperatures):
+                values = {**point, "temperature": float(temperature)}
+                if k is not None:
+                    values["num_assistant_tokens"] = k
+                values["method"] = method.value
+                DecodeConfig.from_dict({**common, **values})  # raises ConfigError naming the key
+                settings[_name(values)] = values
+    return settings
+
+
+def cli_flags(values: dict[str, Any]) -> str:
+    """The ``diversed decode`` flags of a setting, in the schema's key order (so the same setting
+    written in another key order gives the same command, and Snakemake sees no change)."""
+    order = list(decoding_schema()["properties"])
+    flags = []
+    for key in sorted(values, key=order.index):
+        value = values[key]
+        flag = FLAG_OF.get(key, "--" + key.replace("_", "-"))
+        flags.append(f"{flag} {value}")
+    return " ".join(flags)

@@ -1,0 +1,113 @@
+"""MLflow tracking for workflow jobs: one parent run per invocation, one child run per job.
+
+Used by the CLI (``diversed --track STAGE ...``), never by the decoding core. The store is
+``MLFLOW_TRACKING_URI``, else SQLite at ``results/mlflow/mlruns.db``; the parent run's id is read
+from ``results/mlflow/parent_run_id`` (written by the Snakefile's ``onstart``), which reaches jobs
+on any executor through the shared file system. Telemetry is off. Tracking never fails a job: any
+error becomes a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+EXPERIMENT = "diversed"
+DEFAULT_DIR = Path("results") / "mlflow"
+
+
+def tracking_uri(root: Path = DEFAULT_DIR) -> str:
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root / 'mlruns.db').resolve()}"
+
+
+def _mlflow(root: Path = DEFAULT_DIR):
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    os.environ.setdefault("DO_NOT_TRACK", "true")
+    import mlflow
+
+    root.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(tracking_uri(root))
+    if mlflow.get_experiment_by_name(EXPERIMENT) is None:
+        mlflow.create_experiment(EXPERIMENT, artifact_location=(root / "artifacts").resolve().as_uri())
+    mlflow.set_experiment(EXPERIMENT)
+    return mlflow
+
+
+def start_invocation(root: Path = DEFAULT_DIR, tags: dict[str, str] | None = None) -> str | None:
+    """Create the store and the parent run, before any job starts.
+
+    A new SQLite store must be created once: parallel first writes to it fail in migrations.
+    """
+    try:
+        mlflow = _mlflow(root)
+        run = mlflow.MlflowClient().create_run(
+            mlflow.get_experiment_by_name(EXPERIMENT).experiment_id,
+            run_name="snakemake-invocation",
+            tags=tags or {},
+        )
+        (root / "parent_run_id").write_text(run.info.run_id)
+        return run.info.run_id
+    except Exception as err:  # noqa: BLE001 - tracking must never fail the workflow
+        warnings.warn(f"MLflow tracking is off for this invocation: {err}", stacklevel=2)
+        return None
+
+
+def end_invocation(status: str, root: Path = DEFAULT_DIR) -> None:
+    try:
+        path = root / "parent_run_id"
+        if path.exists():
+            _mlflow(root).MlflowClient().set_terminated(path.read_text().strip(), status)
+    except Exception as err:  # noqa: BLE001
+        warnings.warn(f"could not close the MLflow parent run: {err}", stacklevel=2)
+
+
+class JobRun:
+    """What a job logs; every call is a no-op when tracking is unavailable."""
+
+    def __init__(self, mlflow: Any | None) -> None:
+        self.mlflow = mlflow
+
+    def _safe(self, fn, *args, **kwargs) -> None:
+        if self.mlflow is None:
+            return
+        try:
+            fn(*args, **kwargs)
+        except Exception as err:  # noqa: BLE001
+            warnings.warn(f"MLflow logging failed: {err}", stacklevel=3)
+
+    def params(self, values: dict[str, Any]) -> None:
+        flat = {k: str(v)[:500] for k, v in values.items() if v is not None}
+        self._safe(lambda: self.mlflow.log_params(flat))
+
+    def metrics(self, values: dict[str, Any], step: int | None = None) -> None:
+        numeric = {k.replace("@", "_at_"): float(v) for k, v in values.items() if isinstance(v, int | float)}
+        self._safe(lambda: self.mlflow.log_metrics(numeric, step=step))
+
+    def artifact(self, path: str | Path) -> None:
+        path = Path(path)
+        if path.is_file():
+            self._safe(lambda: self.mlflow.log_artifact(str(path)))
+        elif path.is_dir():
+            self._safe(lambda: self.mlflow.log_artifacts(str(path), artifact_path=path.name))
+
+
+@contextlib.contextmanager
+def job_run(stage: str, root: Path = DEFAULT_DIR) -> Iterator[JobRun]:
+    """A child run of the invocation's parent (or a plain run when there is none)."""
+    try:
+        mlflow = _mlflow(root)
+        parent_file = root / "parent_run_id"
+        tags = {"stage": stage}
+        if parent_file.exists():
+            tags["mlflow.parentRunId"] = parent_file.read_text().strip()
+        active = mlflow.start_run(run_name=stage, tags=tags)
+    except Exception as err:  # noqa: BLE001
+        warnings.warn(f"MLflow tracking is off for this job: {err}", stacklevel=3)
+        yield JobRun(None)
+        return
+    with active:  # ends the run FINISHED, or FAILED if the job raised
+        yield JobRun(mlflow)

@@ -1,0 +1,88 @@
+# Helpers shared by the rules: config validation, the dataset list, the method grid, code hashes,
+# and the MLflow invocation hooks. All logic lives in the diversed library; this file only wires it.
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from diversed.data import resolve
+from diversed.grid import cli_flags, expand
+
+validate(config, "../schemas/config.schema.yaml")
+
+MODELS = config["models"]
+DATA = config["data"]
+DECODE = config["decode"]
+HEAD = config["head"]
+GPU = config["resources"]["gpu"]
+
+
+LIBRARY = Path(workflow.main_snakefile).parent / "diversed"
+
+
+def src_hash(*modules):
+    """Content hash of library modules, so editing one reruns exactly the rules that use it."""
+    digest = hashlib.sha256()
+    for module in modules:
+        digest.update((LIBRARY / module).read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _resolve_datasets():
+    status = {d: resolve(d, DATA["split"], DATA["dir"], DATA["allow_hub"]) for d in DATA["datasets"]}
+    missing = [d for d, where in status.items() if where == "missing"]
+    if missing and DATA["missing"] == "error":
+        raise ValueError(
+            f"datasets that cannot be resolved: {', '.join(missing)} (data.dir={DATA['dir']!r}, "
+            f"allow_hub={DATA['allow_hub']}); `diversed doctor` shows how to provide them"
+        )
+    for d in missing:
+        warnings.warn(f"skipping dataset {d}: no local copy under data.dir and no hub access (see `diversed doctor`)")
+    return status
+
+
+DATA_STATUS = _resolve_datasets()
+DATASETS = [d for d, where in DATA_STATUS.items() if where != "missing"]
+SETTINGS = expand(
+    DECODE["grid"], DECODE["draft_lengths"], DECODE["temperatures"], {"max_new_tokens": DECODE["max_new_tokens"]}
+)
+
+
+def head_dataset(dataset):
+    """The dataset whose train split trains the head used on ``dataset`` (HumanEval has no train split)."""
+    return HEAD["train_dataset"].get(dataset, dataset)
+
+
+def head_available(dataset):
+    train = head_dataset(dataset)
+    return HEAD["enabled"] and resolve(train, HEAD["split"], DATA["dir"], DATA["allow_hub"]) != "missing"
+
+
+def decode_targets():
+    targets = []
+    for dataset in DATASETS:
+        for name, values in SETTINGS.items():
+            if values["method"] == "diversed" and not head_available(dataset):
+                warnings.warn(f"skipping diversed on {dataset}: no train split to train its head on")
+                continue
+            targets.append(f"results/scores/{dataset}/{name}.json")
+    return targets
+
+
+def data_flags():
+    flags = f"--data-dir {DATA['dir']}" if DATA["dir"] else ""
+    return flags + ("" if DATA["allow_hub"] else " --no-hub")
+
+
+def start_tracking():
+    from diversed.tracking import start_invocation
+
+    start_invocation(tags={"config": json.dumps(config, sort_keys=True)[:4000]})
+
+
+def end_tracking(status):
+    from diversed.tracking import end_invocation
+
+    end_invocation(status)

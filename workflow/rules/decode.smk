@@ -1,0 +1,38 @@
+# Stage 5: decode each dataset with each method setting. The job writes to a .partial file that is not a
+# declared output, so an interrupted job continues from its own JSONL when snakemake runs again.
+
+
+def decode_inputs(wildcards):
+    inputs = {"models": "results/models/ready.json"}
+    if SETTINGS[wildcards.setting]["method"] == "diversed":
+        inputs["head"] = f"results/heads/{head_dataset(wildcards.dataset)}"
+    return inputs
+
+
+rule decode:
+    input:
+        unpack(decode_inputs),
+    output:
+        "results/decode/{dataset}/{setting}.jsonl",
+    params:
+        target=MODELS["target"],
+        draft=MODELS["draft"],
+        dtype=MODELS["dtype"],
+        n=DATA["n_examples"],
+        split=DATA["split"],
+        chat="--chat" if DATA["chat"] else "",
+        setting=lambda w: cli_flags(SETTINGS[w.setting]),
+        max_new_tokens=DECODE["max_new_tokens"],
+        head=lambda w, input: f"--head {input.head}" if "head" in input.keys() else "",
+        flags=data_flags(),
+        src=src_hash("decoding.py", "verify.py", "sampling.py", "schedules.py", "decode_dataset.py", "data/tasks.py"),
+    threads: 2
+    resources:
+        gpu=GPU,
+    log:
+        "results/logs/decode/{dataset}/{setting}.log",
+    shell:
+        "(diversed --track decode decode --dataset {wildcards.dataset} --split {params.split} --n-examples {params.n}"
+        " --target {params.target} --draft {params.draft} --dtype {params.dtype} {params.chat}"
+        " {params.setting} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
+        " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"

@@ -1,0 +1,15 @@
+# Stage 1: make the target and draft loadable (fetch and convert embedded models, or build the tiny CI pair).
+
+
+rule prepare_models:
+    output:
+        "results/models/ready.json",
+    params:
+        target=MODELS["target"],
+        draft=MODELS["draft"],
+        tiny=f"diversed models tiny --out {MODELS['tiny_dir']} &&" if MODELS["tiny_dir"] else "",
+        src=src_hash("embedded.py", "tiny.py"),
+    log:
+        "results/logs/prepare_models.log",
+    shell:
+        "({params.tiny} diversed models prepare --target {params.target} --draft {params.draft} --out {output}) > {log} 2>&1"

@@ -1,0 +1,23 @@
+# Stage 7: the paper's table layout and Pareto plots, embedded in `snakemake --report`.
+
+
+rule tables_and_plots:
+    input:
+        decode_targets(),
+    output:
+        table=report("results/tables/main.md", caption="../report/table.rst", category="Tables"),
+        csv="results/tables/main.csv",
+        tex="results/tables/main.tex",
+        acceptance=report(
+            "results/plots/quality_vs_acceptance.png", caption="../report/quality_vs_acceptance.rst", category="Plots"
+        ),
+        time=report("results/plots/quality_vs_time.png", caption="../report/quality_vs_time.rst", category="Plots"),
+        speedup=report(
+            "results/plots/speedup_vs_draft_length.png", caption="../report/speedup.rst", category="Plots"
+        ),
+    params:
+        src=src_hash("report.py"),
+    log:
+        "results/logs/report.log",
+    shell:
+        "diversed --track report report --scores {input} --tables results/tables/main --plots results/plots > {log} 2>&1"

@@ -1,0 +1,15 @@
+# Stage 6: quality metrics (generated code runs in the sandbox) and pooled efficiency figures.
+
+
+rule score:
+    input:
+        "results/decode/{dataset}/{setting}.jsonl",
+    output:
+        "results/scores/{dataset}/{setting}.json",
+    params:
+        flags=data_flags(),
+        src=src_hash("score.py", "metrics.py", "sandbox.py"),
+    log:
+        "results/logs/score/{dataset}/{setting}.log",
+    shell:
+        "diversed --track score score --dataset {wildcards.dataset} --in {input} --out {output} {params.flags} > {log} 2>&1"
