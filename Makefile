@@ -1,11 +1,17 @@
-# The two commands a newcomer needs: `make test` and `make reproduce` (see README.md).
-# Every target builds its own virtual environment in .venv on first use.
+# The two commands a newcomer needs: `make reproduce` and `make test` (see README.md).
+# Both build their own virtual environment in .venv on first use.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Jobs of the workflow call `diversed` and `snakemake` from the venv.
+export PATH := $(abspath $(BIN)):$(PATH)
+export MLFLOW_DISABLE_TELEMETRY := true
+# Local dataset copies: $DIVERSED_DATA_DIR if set, else a shared/data folder beside the checkout if there is one.
+DIVERSED_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data)))
+export DIVERSED_DATA_DIR
 
-.PHONY: test lint bench clean
+.PHONY: test reproduce models lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +25,18 @@ test: $(STAMP)
 	$(BIN)/ruff check diversed tests benchmarks
 	$(BIN)/python -m pytest
 
+models: $(STAMP)
+	$(BIN)/diversed models fetch
+
+reproduce: models
+	$(BIN)/snakemake
+	$(BIN)/snakemake --report results/report.html
+	@echo
+	@echo "tables:  results/tables/main.md (.csv, .tex)"
+	@echo "plots:   results/plots/"
+	@echo "report:  results/report.html"
+	@echo "mlflow:  $(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow/mlruns.db"
+
 lint: $(STAMP)
 	$(BIN)/ruff check diversed tests benchmarks
 	$(BIN)/ruff format --check diversed tests benchmarks
@@ -28,4 +46,4 @@ bench: $(STAMP)
 	$(BIN)/diversed bench --out benchmarks/results/bench-tiny.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .snakemake
