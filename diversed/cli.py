@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -159,8 +160,23 @@ def cmd_decode(args: argparse.Namespace) -> int:
         args.dtype,
         head=head,
     )
-    out = run_decode(job, args.out, args.data_dir, not args.no_hub, args.device, progress=not args.quiet)
-    print(out)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        print(run_decode(job, args.out, args.data_dir, not args.no_hub, args.device, progress=not args.quiet))
+        return 0
+    # Launched by `accelerate launch --num_processes N`: one process per device, each decodes a shard;
+    # after a barrier the first process merges the shards into --out.
+    from accelerate import PartialState
+
+    from diversed.decode_dataset import merge_shards
+
+    state = PartialState()
+    device = str(state.device)
+    shard = (state.process_index, state.num_processes)
+    run_decode(job, args.out, args.data_dir, not args.no_hub, device, progress=False, shard=shard)
+    state.wait_for_everyone()
+    if state.is_main_process:
+        print(merge_shards(job, args.out, state.num_processes, args.data_dir, not args.no_hub))
     return 0
 
 

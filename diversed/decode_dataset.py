@@ -85,6 +85,29 @@ def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
     return finished
 
 
+def shard_path(out: str | Path, rank: int, world: int) -> Path:
+    out = Path(out)
+    return out.with_name(f"{out.name}.shard{rank}of{world}")
+
+
+def merge_shards(job: DecodeJob, out: str | Path, world: int, data_dir=None, allow_hub: bool = True) -> Path:
+    """Join the shards of a multi-process decode into ``out``, in the examples' order; drop the shards."""
+    examples = load_examples(job.dataset, job.split, job.n_examples, directory=data_dir, allow_hub=allow_hub)
+    records: dict[str, dict[str, Any]] = {}
+    for rank in range(world):
+        records.update(read_finished(shard_path(out, rank, world), job))
+    missing = [e.id for e in examples if e.id not in records]
+    if missing:
+        raise DataError(f"cannot merge {out}: examples {missing[:5]} are in no shard")
+    path = Path(out)
+    staging = path.with_name(path.name + ".merging")
+    staging.write_text("".join(json.dumps(records[e.id], ensure_ascii=False) + "\n" for e in examples))
+    os.replace(staging, path)
+    for rank in range(world):
+        shard_path(out, rank, world).unlink()
+    return path
+
+
 def run_decode(
     job: DecodeJob,
     out: str | Path,
@@ -92,15 +115,21 @@ def run_decode(
     allow_hub: bool = True,
     device: str = "cpu",
     progress: bool = True,
+    shard: tuple[int, int] = (0, 1),
 ) -> Path:
-    """Decode every example of ``job`` not yet in ``out``; return ``out``."""
+    """Decode every example of ``job`` not yet in ``out``; return the file written.
+
+    With ``shard=(rank, world)`` this process takes every world-th example, starting at ``rank``,
+    and writes them to its own shard file (see :func:`merge_shards`).
+    """
     from diversed.models import check_pair, eos_ids, load_model, load_tokenizer, prompt_ids
 
-    path = Path(out)
+    rank, world = shard
+    path = Path(out) if world == 1 else shard_path(out, rank, world)
     path.parent.mkdir(parents=True, exist_ok=True)
     examples = load_examples(job.dataset, job.split, job.n_examples, directory=data_dir, allow_hub=allow_hub)
     finished = read_finished(path, job)
-    todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in finished]
+    todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in finished and i % world == rank]
     if not todo:
         return path
     tokenizer = load_tokenizer(job.target)
