@@ -52,11 +52,9 @@ def _tiny_bench_pair():
 
 
 def _load_pair(args: argparse.Namespace):
-    from diversed.models import check_pair, load_model, load_tokenizer
+    from diversed.models import load_pair, load_tokenizer
 
-    target = load_model(args.target, args.dtype, onednn=not args.no_onednn)
-    draft = load_model(args.draft, args.dtype, onednn=not args.no_onednn)
-    check_pair(target, draft, args.target, args.draft)
+    target, draft = load_pair(args.target, args.draft, args.dtype, onednn=not args.no_onednn)
     return target, draft, load_tokenizer(args.target), args.target, args.draft
 
 

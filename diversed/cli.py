@@ -112,25 +112,16 @@ def check_method_inputs(config: DecodeConfig, args: argparse.Namespace) -> None:
         raise ConfigError("method 'diversed' needs --head (a folder written by `diversed train-head`)")
 
 
-def load_head_for(path: str, target, draft):
-    """The trained head, checked against the two models' hidden sizes."""
-    from diversed.head import load_head
-
-    return load_head(path, draft.config.hidden_size, target.config.hidden_size)
-
-
 def cmd_generate(args: argparse.Namespace) -> int:
     from diversed.decoding import Decoder
-    from diversed.models import check_pair, eos_ids, load_model, load_tokenizer, prompt_ids
+    from diversed.head import load_head_for
+    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
 
     config = decode_config(args)
     check_method_inputs(config, args)
     tokenizer = load_tokenizer(args.target)
-    target = load_model(args.target, args.dtype, args.device)
-    draft = None
-    if config.method.speculative:
-        draft = load_model(args.draft, args.dtype, args.device)
-        check_pair(target, draft, args.target, args.draft)
+    draft_name = args.draft if config.method.speculative else None
+    target, draft = load_pair(args.target, draft_name, args.dtype, args.device)
     head = load_head_for(args.head, target, draft) if config.method is Method.DIVERSED else None
     decoder = Decoder(target, draft, config, head=head, eos_token_ids=eos_ids(tokenizer, target))
     result = decoder.generate(prompt_ids(tokenizer, args.prompt, args.chat))

@@ -88,3 +88,8 @@ class DecodeConfig:
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+
+def differing_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Keys whose values differ between two settings dicts (to say why files do not match)."""
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

@@ -17,7 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from diversed.config import DecodeConfig
+from diversed.config import DecodeConfig, differing_keys
 from diversed.data import DataError, get_task, load_examples
 from diversed.decoding import Decoder
 from diversed.stats import GenerationStats
@@ -69,10 +69,7 @@ def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
             if not raw.endswith(b"\n"):
                 break
             if record.get("settings_hash") != job.settings_hash():
-                old = record.get("settings", {})
-                diff = sorted(
-                    k for k in set(old) | set(job.settings()) if old.get(k) != job.settings().get(k)
-                )
+                diff = differing_keys(record.get("settings", {}), job.settings())
                 raise DataError(
                     f"{path} holds records made with different arguments (differing: {', '.join(diff)});"
                     " use another --out or delete the file"
@@ -122,7 +119,8 @@ def run_decode(
     With ``shard=(rank, world)`` this process takes every world-th example, starting at ``rank``,
     and writes them to its own shard file (see :func:`merge_shards`).
     """
-    from diversed.models import check_pair, eos_ids, load_model, load_tokenizer, prompt_ids
+    from diversed.head import load_head_for
+    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
 
     rank, world = shard
     path = Path(out) if world == 1 else shard_path(out, rank, world)
@@ -133,16 +131,9 @@ def run_decode(
     if not todo:
         return path
     tokenizer = load_tokenizer(job.target)
-    target = load_model(job.target, job.dtype, device)
-    draft = None
-    if job.config.method.speculative:
-        draft = load_model(job.draft, job.dtype, device)
-        check_pair(target, draft, job.target, job.draft)
-    head = None
-    if job.head:
-        from diversed.head import load_head
-
-        head = load_head(job.head, draft.config.hidden_size, target.config.hidden_size)
+    draft_name = job.draft if job.config.method.speculative else None
+    target, draft = load_pair(job.target, draft_name, job.dtype, device)
+    head = load_head_for(job.head, target, draft) if job.head else None
     task = get_task(job.dataset)
     decoder = Decoder(
         target,

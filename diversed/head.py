@@ -77,5 +77,10 @@ def load_head(directory: str | Path, d_draft: int | None = None, d_target: int |
     return head.eval()
 
 
+def load_head_for(directory: str | Path, target: nn.Module, draft: nn.Module) -> EnsembleHead:
+    """A saved head, checked against the hidden sizes of the models it will read."""
+    return load_head(directory, draft.config.hidden_size, target.config.hidden_size)
+
+
 def read_card(directory: str | Path) -> dict[str, Any]:
     return json.loads((Path(directory) / CARD).read_text())

@@ -72,6 +72,18 @@ def load_model(
     return model
 
 
+def load_pair(
+    target_name: str, draft_name: str | None, dtype: str = "float32", device: str = "cpu", onednn: bool = True
+) -> tuple[PreTrainedModel, PreTrainedModel | None]:
+    """Target and (optional) draft, checked to share one vocabulary."""
+    target = load_model(target_name, dtype, device, onednn=onednn)
+    if draft_name is None:
+        return target, None
+    draft = load_model(draft_name, dtype, device, onednn=onednn)
+    check_pair(target, draft, target_name, draft_name)
+    return target, draft
+
+
 def vocab_size(model: PreTrainedModel) -> int:
     """Rows of the output layer: the size of the distributions the model produces."""
     return model.get_output_embeddings().weight.shape[0]

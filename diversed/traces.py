@@ -25,6 +25,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
+from diversed.config import differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
 from diversed.decoding import _forward, _prefill
 from diversed.metrics import rouge2_per_example
@@ -130,8 +131,7 @@ def read_manifest(out: Path, job: TraceJob) -> dict[str, Any]:
         return {"settings": job.settings(), "settings_hash": job.settings_hash(), "sequences": []}
     manifest = json.loads(path.read_text())
     if manifest["settings_hash"] != job.settings_hash():
-        old = manifest["settings"]
-        diff = sorted(k for k in set(old) | set(job.settings()) if old.get(k) != job.settings().get(k))
+        diff = differing_keys(manifest["settings"], job.settings())
         raise DataError(f"{out} holds traces made with different settings (differing: {', '.join(diff)})")
     return manifest
 
@@ -145,8 +145,8 @@ def collect_traces(
     progress: bool = True,
 ) -> Path:
     """Roll out every (prompt, behaviour) pair not yet in ``out``."""
-    from diversed.head import load_head
-    from diversed.models import check_pair, eos_ids, load_model, load_tokenizer, prompt_ids
+    from diversed.head import load_head_for
+    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -160,10 +160,8 @@ def collect_traces(
     if not todo:
         return out_dir
     tokenizer = load_tokenizer(job.target)
-    target = load_model(job.target, job.dtype, device)
-    draft = load_model(job.draft, job.dtype, device)
-    check_pair(target, draft, job.target, job.draft)
-    head = load_head(job.head, draft.config.hidden_size, target.config.hidden_size) if job.head else None
+    target, draft = load_pair(job.target, job.draft, job.dtype, device)
+    head = load_head_for(job.head, target, draft) if job.head else None
     sampling = Sampling(job.temperature)
     stop_ids = eos_ids(tokenizer, target)
     task = get_task(job.dataset)
