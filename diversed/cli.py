@@ -27,6 +27,9 @@ def add_model_flags(parser: argparse.ArgumentParser, draft_required: bool = Fals
     )
     parser.add_argument("--dtype", default="float32", help="torch dtype of both models (default float32)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument(
+        "--attn-implementation", help="attention kernel for both models, e.g. sdpa or flash_attention_2"
+    )
 
 
 def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
@@ -121,7 +124,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_method_inputs(config, args)
     tokenizer = load_tokenizer(args.target)
     draft_name = args.draft if config.method.speculative else None
-    target, draft = load_pair(args.target, draft_name, args.dtype, args.device)
+    target, draft = load_pair(
+        args.target, draft_name, args.dtype, args.device, attn_implementation=args.attn_implementation
+    )
     head = load_head_for(args.head, target, draft) if config.method is Method.DIVERSED else None
     decoder = Decoder(target, draft, config, head=head, eos_token_ids=eos_ids(tokenizer, target))
     result = decoder.generate(prompt_ids(tokenizer, args.prompt, args.chat))
@@ -153,7 +158,17 @@ def cmd_decode(args: argparse.Namespace) -> int:
     )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        print(run_decode(job, args.out, args.data_dir, not args.no_hub, args.device, progress=not args.quiet))
+        print(
+            run_decode(
+                job,
+                args.out,
+                args.data_dir,
+                not args.no_hub,
+                args.device,
+                not args.quiet,
+                attn_implementation=args.attn_implementation,
+            )
+        )
         return 0
     # Launched by `accelerate launch --num_processes N`: one process per device, each decodes a shard;
     # after a barrier the first process merges the shards into --out.
@@ -164,7 +179,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     state = PartialState()
     device = str(state.device)
     shard = (state.process_index, state.num_processes)
-    run_decode(job, args.out, args.data_dir, not args.no_hub, device, progress=False, shard=shard)
+    run_decode(job, args.out, args.data_dir, not args.no_hub, device, False, shard, args.attn_implementation)
     state.wait_for_everyone()
     if state.is_main_process:
         print(merge_shards(job, args.out, state.num_processes, args.data_dir, not args.no_hub))

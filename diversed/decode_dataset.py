@@ -113,6 +113,7 @@ def run_decode(
     device: str = "cpu",
     progress: bool = True,
     shard: tuple[int, int] = (0, 1),
+    attn_implementation: str | None = None,
 ) -> Path:
     """Decode every example of ``job`` not yet in ``out``; return the file written.
 
@@ -132,7 +133,9 @@ def run_decode(
         return path
     tokenizer = load_tokenizer(job.target)
     draft_name = job.draft if job.config.method.speculative else None
-    target, draft = load_pair(job.target, draft_name, job.dtype, device)
+    target, draft = load_pair(
+        job.target, draft_name, job.dtype, device, attn_implementation=attn_implementation
+    )
     head = load_head_for(job.head, target, draft) if job.head else None
     task = get_task(job.dataset)
     decoder = Decoder(

