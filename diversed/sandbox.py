@@ -49,6 +49,7 @@ class SandboxResult:
     reason: str
     seconds: float
     enforced: list[str] = field(default_factory=list)
+    process_group: int = 0  # the program's process group (empty once it has been killed)
 
 
 def _readable_by_others(path: str) -> bool:
@@ -152,14 +153,15 @@ def run_program(source: str, timeout: float = 5.0, memory_mb: int = 1024) -> San
         except subprocess.TimeoutExpired:
             _kill_group(proc.pid)
             proc.communicate()
+            seconds = time.perf_counter() - start
             return SandboxResult(
-                False, "timeout", f"timed out after {timeout:g} s", time.perf_counter() - start, enforced
+                False, "timeout", f"timed out after {timeout:g} s", seconds, enforced, proc.pid
             )
         finally:
             _kill_group(proc.pid)
         seconds = time.perf_counter() - start
         if proc.returncode == 0:
-            return SandboxResult(True, "passed", "", seconds, enforced)
+            return SandboxResult(True, "passed", "", seconds, enforced, proc.pid)
         text = err.decode("utf-8", "replace").strip()
         last = text.splitlines()[-1] if text else ""
         if proc.returncode < 0:
