@@ -227,9 +227,11 @@ def code_from_first_def(completion: str) -> str:
     start = next((i for i, line in enumerate(lines) if line.startswith("def ")), None)
     if start is None:
         return code.strip()
-    first = start
-    while first > 0 and lines[first - 1].startswith(("import ", "from ")):
-        first -= 1
+    first, above = start, start - 1
+    while above >= 0 and (not lines[above].strip() or lines[above].startswith(("import ", "from "))):
+        if lines[above].strip():
+            first = above
+        above -= 1
     return "\n".join(lines[first:]).split("\nif __name__")[0].rstrip()
 
 
