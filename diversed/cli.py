@@ -449,7 +449,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--batch-size", type=int, default=8, help="sequences per step (8)")
     tr.add_argument("--lr", type=float, default=5e-4, help="AdamW learning rate (5e-4)")
     tr.add_argument(
-        "--reg-lambda", type=float, default=0.5, help="weight of the acceptance reward, > 0 (0.5)"
+        "--reg-lambda", type=float, default=0.1, help="weight of the acceptance reward, > 0 (0.1)"
     )
     tr.add_argument(
         "--baseline", choices=["batch", "running"], default="batch", help="reward baseline (batch)"

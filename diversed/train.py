@@ -42,7 +42,7 @@ class TrainConfig:
     warmup_steps: int = 10
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
-    reg_lambda: float = 0.5
+    reg_lambda: float = 0.1
     clip_eps: float = 0.2
     baseline: str = "batch"  # "batch" mean or "running" mean (momentum 0.9)
     hidden: int = 0  # 0: the paper's linear head; > 0: a small MLP
