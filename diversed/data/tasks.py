@@ -187,7 +187,8 @@ class WMT(Task):
         return record["translation"]["de"]
 
     def extract(self, completion: str, record: Record) -> str:
-        return _cut(completion, self.stop_strings).split("\n")[0].strip()
+        lines = [line.strip() for line in _cut(completion, self.stop_strings).split("\n") if line.strip()]
+        return lines[0] if lines else ""
 
 
 class MBPP(Task):
