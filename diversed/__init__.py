@@ -12,9 +12,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "ConfigError": "diversed.config",
     "DecodeConfig": "diversed.config",
-    "Decoder": "diversed.decoding",
-    "Generation": "diversed.decoding",
-    "GenerationStats": "diversed.stats",
+    "Decoder": "diversed.engine.loop",
+    "Generation": "diversed.engine.loop",
+    "GenerationStats": "diversed.engine.stats",
     "CascadeRule": "diversed.methods",
     "EnsembleSpace": "diversed.methods",
     "Method": "diversed.methods",

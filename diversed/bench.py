@@ -1,17 +1,19 @@
-"""Side-by-side benchmark: HF autoregressive ``generate``, HF assisted generation, and ours.
+"""Side-by-side throughput benchmark: ours against Hugging Face, per batch size, in one process.
 
-All three run in one process, on the same prompts, greedy, with the same draft length k, and must
-produce the same tokens. Besides throughput it measures the inputs of Leviathan et al.'s speedup
-formula, so a slow result can be told apart from a slow implementation:
+For every batch size B, on the same prompts, greedy, with the same draft length k:
 
-* ``alpha``: acceptance rate of our run (accepted / drafted);
-* ``c``: one draft forward / one target forward (1 token, warm cache);
-* ``verify_cost``: the target forward that verifies a block (k + 1 tokens) / a 1-token forward;
-* ``predicted_speedup`` = E[tokens per block] / (k c + verify_cost), with
-  E = (1 - alpha^(k+1)) / (1 - alpha) (Leviathan's i.i.d. acceptance);
-* ``predicted_speedup_from_mal``: the same with E = the measured mean accepted length, which
-  holds when acceptances are not i.i.d. (real text: runs of easy tokens, then hard ones);
-* ``measured_speedup`` = ours tok/s / autoregressive tok/s.
+* ``ours_sd``: our speculative loop, B prompts per ``generate_batch`` call;
+* ``ours_auto``: our autoregressive loop (the same engine with no draft), B prompts per call;
+* ``hf_generate``: ``model.generate`` on B left-padded prompts;
+* ``hf_assisted``: HF assisted generation, which supports only B = 1.
+
+Throughput is the dataset's: all generated tokens over the wall time of all calls, the median of
+the repeats, which run interleaved (every system and batch size once per repeat) so machine-load
+drifts hit all alike. Every row must equal our batch-1 autoregressive output; the record says which
+do not and where they first differ. It also measures the inputs of Leviathan et al.'s speed-up
+formula at B = 1 (acceptance alpha, draft/target step ratio c, verification cost) and, as the
+physical limit, the weight bytes a 1-token target step streams per second against a memory read
+bandwidth measured in the same process. No test asserts on time; the JSON records are the result.
 """
 
 from __future__ import annotations
@@ -21,23 +23,26 @@ import json
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
-from transformers import DynamicCache
 
 from diversed.config import DecodeConfig
-from diversed.cpu import use_onednn_linear
-from diversed.decoding import Decoder, _crop, _forward
-from diversed.stats import GenerationStats, leviathan_speedup
+from diversed.engine.cache import RaggedCache
+from diversed.engine.loop import Decoder
+from diversed.engine.stats import GenerationStats, leviathan_speedup
 
 DEFAULT_PROMPTS = [
     "def fibonacci(n):\n    ",
     "The quick brown fox jumps over the lazy dog. ",
     "Question: What is 12 times 7?\nAnswer: ",
+    "import os\nimport sys\n\ndef main():\n",
 ]
+
+Runner = Callable[[list[list[int]]], list[list[int]]]
 
 
 def _tiny_bench_pair():
@@ -58,18 +63,104 @@ def _load_pair(args: argparse.Namespace):
     return target, draft, load_tokenizer(args.target), args.target, args.draft
 
 
-def step_seconds(model, prompt: list[int], new_tokens: int, repeats: int = 5) -> float:
-    """Median time of one forward over ``new_tokens`` tokens on top of a cached prompt."""
-    cache = DynamicCache(config=model.config)
+def _prompts(args: argparse.Namespace, tokenizer) -> tuple[list[list[int]], str]:
+    if args.prompts:
+        return [tokenizer(p).input_ids for p in args.prompts], "--prompts"
+    if args.dataset:
+        from diversed.data import load_examples
+
+        examples = load_examples(args.dataset, "test", args.n_prompts, directory=args.data_dir)
+        return [tokenizer(e.prompt).input_ids for e in examples], f"{args.dataset} test, seeded subset"
+    return [tokenizer(p).input_ids for p in DEFAULT_PROMPTS], "built-in"
+
+
+def step_seconds(model, prompt: list[int], new_tokens: int, rows: int = 1, repeats: int = 5) -> float:
+    """Median time of one forward over ``new_tokens`` tokens per row on top of a cached prompt."""
     with torch.inference_mode():
-        _forward(model, prompt, cache)
         times = []
         for _ in range(repeats + 1):
+            cache = RaggedCache(model, rows)
+            ids = torch.tensor([prompt] * rows, device=model.device)
+            cache.forward(ids, torch.ones_like(ids, dtype=torch.bool), logits_to_keep=1)
+            step = torch.tensor([[prompt[-1]] * new_tokens] * rows, device=model.device)
             start = time.perf_counter()
-            _forward(model, [prompt[-1]] * new_tokens, cache)
+            cache.forward(step, torch.ones_like(step, dtype=torch.bool))
             times.append(time.perf_counter() - start)
-            _crop(cache, len(prompt))
     return statistics.median(times[1:])  # the first one warms up
+
+
+def read_bandwidth(gib: float = 2.0, repeats: int = 5) -> float:
+    """Memory read bandwidth in bytes/s: a sum over ``gib`` GiB of touched fp32, best of ``repeats``.
+
+    The buffer is filled first (untouched pages all map to one zero page and read at fantasy speed).
+    """
+    buffer = torch.ones(int(gib * 2**30) // 4, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - start)
+    return buffer.numel() * 4 / best
+
+
+def weight_bytes(model) -> int:
+    """Bytes of weights one forward streams: every parameter and packed linear weight, once."""
+    seen, total = set(), 0
+    for module in model.modules():
+        tensors = list(module.parameters(recurse=False))
+        packed = getattr(module, "packed_weight", None)
+        if packed is not None:
+            tensors.append(packed)
+        for t in tensors:
+            key = id(t) if t.is_mkldnn else t.data_ptr()  # oneDNN tensors have no data pointer
+            if t.device.type != "meta" and key not in seen:
+                seen.add(key)
+                total += t.numel() * t.element_size()
+    return total
+
+
+def _cut_at_eos(tokens: list[int], eos: int | None) -> list[int]:
+    return tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens
+
+
+def _systems(target, draft, tokenizer, args: argparse.Namespace) -> dict[str, Runner]:
+    k, budget = args.num_assistant_tokens, args.max_new_tokens
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    eos_ids = [eos] if eos is not None else []
+    draft.generation_config.num_assistant_tokens = k
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    hf_kwargs = {"do_sample": False, "max_new_tokens": budget, "eos_token_id": eos, "pad_token_id": pad}
+
+    def ours(method: str) -> Runner:
+        config = DecodeConfig.from_dict(
+            {"method": method, "num_assistant_tokens": k, "max_new_tokens": budget}
+        )
+        decoder = Decoder(target, draft if method != "auto" else None, config, eos_token_ids=eos_ids)
+        return lambda batch: [g.token_ids for g in decoder.generate_batch(batch)]
+
+    def hf(batch: list[list[int]], assisted: bool = False) -> list[list[int]]:
+        width = max(len(p) for p in batch)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in batch])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in batch])
+        extra = {"assistant_model": draft} if assisted else {}
+        out = target.generate(input_ids=ids, attention_mask=mask, **hf_kwargs, **extra)
+        return [_cut_at_eos(row[width:].tolist(), eos) for row in out]
+
+    return {
+        "ours_sd": ours("sd"),
+        "ours_auto": ours("auto"),
+        "hf_generate": hf,
+        "hf_assisted": lambda batch: hf(batch, assisted=True),
+    }
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def run_bench(args: argparse.Namespace) -> dict[str, Any]:
@@ -80,68 +171,97 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     target, draft, tokenizer, target_name, draft_name = (
         _load_pair(args) if args.target else _tiny_bench_pair()
     )
-    if not args.no_onednn:
+    if not args.target and not args.no_onednn:
+        from diversed.engine.cpu import use_onednn_linear
+
         use_onednn_linear(target)
         use_onednn_linear(draft)
-    k, budget = args.num_assistant_tokens, args.max_new_tokens
-    prompts = [tokenizer(p).input_ids for p in (args.prompts or DEFAULT_PROMPTS)]
-    eos = tokenizer.eos_token_id
-    draft.generation_config.num_assistant_tokens = k
-    draft.generation_config.num_assistant_tokens_schedule = "constant"
-    draft.generation_config.assistant_confidence_threshold = 0.0
-    hf_kwargs = {"do_sample": False, "max_new_tokens": budget, "eos_token_id": eos, "pad_token_id": eos}
-    config = DecodeConfig.from_dict({"method": "sd", "num_assistant_tokens": k, "max_new_tokens": budget})
-    ours = Decoder(target, draft, config, eos_token_ids=[eos] if eos is not None else [])
-
-    def hf(prompt: list[int], assisted: bool) -> list[int]:
-        extra = {"assistant_model": draft} if assisted else {}
-        out = target.generate(torch.tensor([prompt]), **hf_kwargs, **extra)
-        return out[0, len(prompt) :].tolist()
-
-    systems = {
-        "auto": lambda p: hf(p, assisted=False),
-        "hf_assisted": lambda p: hf(p, assisted=True),
-        "ours": lambda p: ours.generate(p).token_ids,
-    }
+    prompts, prompt_source = _prompts(args, tokenizer)
+    systems = _systems(target, draft, tokenizer, args)
+    plan = [(name, b) for b in args.batch_sizes for name in systems if name != "hf_assisted" or b == 1]
     outputs: dict[str, list[list[int]]] = {}
-    rates: dict[str, list[float]] = {name: [] for name in systems}
-    for name, run in systems.items():  # warm-up, and the outputs compared for identity
-        outputs[name] = [run(p) for p in prompts]
-    for _ in range(args.repeats):
-        for name, run in systems.items():  # interleaved, so drifts in machine load hit all three
+    rates: dict[str, list[float]] = {f"{name}@{b}": [] for name, b in plan}
+    for repeat in range(args.repeats + 1):  # repeat 0 warms up and records the outputs
+        for name, b in plan:
             start = time.perf_counter()
-            produced = sum(len(run(p)) for p in prompts)
-            rates[name].append(produced / (time.perf_counter() - start))
-    stats = GenerationStats.total(ours.generate(p).stats for p in prompts)
-    alpha = stats.acceptance_rate or 0.0
+            produced = []
+            for i in range(0, len(prompts), b):
+                produced.extend(systems[name](prompts[i : i + b]))
+            seconds = time.perf_counter() - start
+            if repeat == 0:
+                outputs[f"{name}@{b}"] = produced
+            else:
+                rates[f"{name}@{b}"].append(sum(len(t) for t in produced) / seconds)
+        if repeat:
+            print(
+                f"repeat {repeat}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rates.items())
+            )
+
+    reference = outputs["ours_auto@1"]
+    identity = {}
+    for key, rows in outputs.items():
+        diffs = [_first_difference(row, ref) for row, ref in zip(rows, reference, strict=True)]
+        identity[key] = {
+            "identical_rows": sum(d is None for d in diffs),
+            "first_difference": [d for d in diffs if d is not None],
+        }
+    tok_s = {key: statistics.median(r) for key, r in rates.items()}
+
+    k = args.num_assistant_tokens
+    sd_stats = GenerationStats.total(
+        Decoder(
+            target,
+            draft,
+            DecodeConfig.from_dict(
+                {"method": "sd", "num_assistant_tokens": k, "max_new_tokens": args.max_new_tokens}
+            ),
+            eos_token_ids=[tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [],
+        )
+        .generate(p)
+        .stats
+        for p in prompts[:4]
+    )
+    alpha = sd_stats.acceptance_rate or 0.0
     probe = prompts[0]
     t1 = step_seconds(target, probe, 1)
     c = step_seconds(draft, probe, 1) / t1
     verify_cost = step_seconds(target, probe, k + 1) / t1
-    tok_s = {name: statistics.median(r) for name, r in rates.items()}
-    predicted = leviathan_speedup(alpha, k, c, verify_cost)
+    bandwidth = read_bandwidth()
+    target_bytes = weight_bytes(target)
+    best_b = max(args.batch_sizes, key=lambda b: tok_s[f"ours_sd@{b}"])
     result = {
-        "auto_tok_s": tok_s["auto"],
-        "hf_assisted_tok_s": tok_s["hf_assisted"],
-        "ours_tok_s": tok_s["ours"],
-        "identical": outputs["ours"] == outputs["auto"] == outputs["hf_assisted"],
+        "tok_s": tok_s,
+        "tok_s_all_repeats": rates,
+        "identity_vs_ours_auto_b1": identity,
+        "best_sd_batch": best_b,
+        "ratios": {
+            "ours_sd_best_vs_ours_sd_b1": tok_s[f"ours_sd@{best_b}"] / tok_s["ours_sd@1"],
+            "ours_sd_best_vs_hf_assisted": tok_s[f"ours_sd@{best_b}"] / tok_s["hf_assisted@1"],
+            "ours_sd_b1_vs_hf_assisted": tok_s["ours_sd@1"] / tok_s["hf_assisted@1"],
+            "ours_sd_b1_vs_ours_auto_b1": tok_s["ours_sd@1"] / tok_s["ours_auto@1"],
+        },
         "alpha": alpha,
-        "mean_accepted_length": stats.mean_accepted_length,
+        "mean_accepted_length": sd_stats.mean_accepted_length,
         "c": c,
         "verify_cost": verify_cost,
         "verify_tokens": k + 1,
-        "predicted_speedup": predicted,
-        "predicted_speedup_from_mal": (stats.mean_accepted_length or 1.0) / (k * c + verify_cost),
-        "measured_speedup": tok_s["ours"] / tok_s["auto"],
-        "ours_vs_hf_assisted": tok_s["ours"] / tok_s["hf_assisted"],
+        "predicted_speedup": leviathan_speedup(alpha, k, c, verify_cost),
+        "predicted_speedup_from_mal": (sd_stats.mean_accepted_length or 1.0) / (k * c + verify_cost),
+        "target_step_seconds": t1,
+        "target_weight_bytes": target_bytes,
+        "target_weight_bytes_per_second": target_bytes / t1,
+        "read_bandwidth_bytes_per_second": bandwidth,
+        "share_of_bandwidth": target_bytes / t1 / bandwidth,
         "k": k,
-        "max_new_tokens": budget,
+        "max_new_tokens": args.max_new_tokens,
+        "batch_sizes": args.batch_sizes,
         "prompts": len(prompts),
+        "prompt_source": prompt_source,
+        "new_tokens": {key: sum(len(t) for t in rows) for key, rows in outputs.items()},
         "repeats": args.repeats,
-        "tok_s_all_repeats": rates,
         "target": target_name,
         "draft": draft_name,
-        "dtype": args.dtype,
+        "dtype": str(target.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
         "onednn_linear": not args.no_onednn,
         "torch": torch.__version__,
@@ -155,21 +275,31 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def format_table(r: dict[str, Any]) -> str:
-    hf_ratio = r["hf_assisted_tok_s"] / r["auto_tok_s"]
+    """A Markdown table: tok/s per system and batch size, ratios and identity, then the step costs."""
     lines = [
-        f"target {r['target']} | draft {r['draft']} | k={r['k']}"
-        f" | {r['max_new_tokens']} tokens x {r['prompts']} prompts"
+        f"target {r['target']} | draft {r['draft']} | {r['dtype']} | k={r['k']}"
+        f" | {r['prompts']} prompts ({r['prompt_source']}) x <= {r['max_new_tokens']} tokens"
         f" | {r['threads']} threads | median of {r['repeats']}",
-        f"{'system':<14}{'tok/s':>10}{'vs auto':>10}",
-        f"{'auto (HF)':<14}{r['auto_tok_s']:>10.2f}{1.0:>10.2f}",
-        f"{'HF assisted':<14}{r['hf_assisted_tok_s']:>10.2f}{hf_ratio:>10.2f}",
-        f"{'ours (sd)':<14}{r['ours_tok_s']:>10.2f}{r['measured_speedup']:>10.2f}",
-        f"identical: {r['identical']} | alpha {r['alpha']:.3f} | c {r['c']:.3f}"
+        "",
+        "| system | B | tok/s | vs ours sd B=1 | vs HF assisted | rows identical to ours auto B=1 |",
+        "|---|---|---|---|---|---|",
+    ]
+    base, assisted = r["tok_s"]["ours_sd@1"], r["tok_s"]["hf_assisted@1"]
+    for key, rate in r["tok_s"].items():
+        name, b = key.split("@")
+        same = r["identity_vs_ours_auto_b1"][key]["identical_rows"]
+        ratios = f"{rate / base:.2f} | {rate / assisted:.2f}"
+        lines.append(f"| {name} | {b} | {rate:.2f} | {ratios} | {same}/{r['prompts']} |")
+    lines += [
+        "",
+        f"alpha {r['alpha']:.3f} | mean accepted length {r['mean_accepted_length']:.2f} | c {r['c']:.3f}"
         f" | verify cost ({r['verify_tokens']} tokens) {r['verify_cost']:.2f}x"
-        f" | mean accepted length {r['mean_accepted_length']:.2f}",
-        f"speedup over auto: predicted {r['predicted_speedup']:.2f}x (i.i.d. alpha),"
+        f" | predicted B=1 speed-up {r['predicted_speedup']:.2f}x (i.i.d. alpha),"
         f" {r['predicted_speedup_from_mal']:.2f}x (measured accepted length);"
-        f" measured {r['measured_speedup']:.2f}x"
-        f" = {r['measured_speedup'] / r['predicted_speedup']:.0%} of the i.i.d. prediction",
+        f" measured {r['ratios']['ours_sd_b1_vs_ours_auto_b1']:.2f}x over ours auto",
+        f"target 1-token step {r['target_step_seconds'] * 1e3:.1f} ms streams"
+        f" {r['target_weight_bytes_per_second'] / 1e9:.1f} GB/s of weights"
+        f" = {r['share_of_bandwidth']:.0%} of the measured read bandwidth"
+        f" {r['read_bandwidth_bytes_per_second'] / 1e9:.1f} GB/s",
     ]
     return "\n".join(lines)

@@ -116,7 +116,7 @@ def check_method_inputs(config: DecodeConfig, args: argparse.Namespace) -> None:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from diversed.decoding import Decoder
+    from diversed.engine.loop import Decoder
     from diversed.head import load_head_for
     from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
 
@@ -466,6 +466,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--draft", help="draft model (with --target)")
     bench.add_argument("--dtype", default="float32", help="torch dtype (default float32)")
     bench.add_argument("--prompts", nargs="+", help="prompts (default: a few built-in ones)")
+    bench.add_argument(
+        "--dataset", help="take the prompts from this dataset's test split instead, e.g. humaneval"
+    )
+    bench.add_argument("--n-prompts", type=int, default=8, help="prompts taken from --dataset (8)")
+    bench.add_argument("--data-dir", help="local dataset folder (default $DIVERSED_DATA_DIR)")
+    bench.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=[1, 4], help="batch sizes to compare (1 4)"
+    )
     bench.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (64)")
     bench.add_argument("--num-assistant-tokens", type=int, default=5, help="draft length k (5)")
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is reported (3)")

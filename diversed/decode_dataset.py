@@ -1,9 +1,16 @@
 """Decoding a dataset into a resumable JSONL file, one line per example.
 
-Each line is written, flushed and fsync'ed as its example finishes. Rerunning with the same
-arguments skips the examples already there (a line cut short by a kill is dropped and redone),
-so a killed job loses at most the example in flight and never duplicates one. Every line carries
-the settings that made it; a file made with other settings is refused, not mixed.
+Examples are decoded in batches of ``batch_size`` prompts; each batch's lines are written,
+flushed and fsync'ed as the batch finishes. Rerunning with the same arguments skips the examples
+already there (a line cut short by a kill is dropped and redone), so a killed job loses at most
+the batch in flight and never duplicates an example. Every line carries the settings that made
+it; a file made with other settings is refused, not mixed. The batch size is not a setting: row b
+of a batch equals its batch-1 decoding (fp32), so a job may resume at another batch size.
+
+Latency keeps the paper's meaning (one prompt at a time): the first ``latency_examples`` examples
+of the job are decoded at batch 1, and their timings are the job's seconds per example; the
+batched remainder gives its throughput. Each record says which batch it was in
+(``batch: {size, id, seconds}``), so tables can label every timing with its batch size.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,9 +26,9 @@ from typing import Any
 from tqdm import tqdm
 
 from diversed.config import DecodeConfig, differing_keys
-from diversed.data import DataError, get_task, load_examples
-from diversed.decoding import Decoder
-from diversed.stats import GenerationStats
+from diversed.data import DataError, Example, get_task, load_examples
+from diversed.engine.loop import Decoder
+from diversed.engine.stats import GenerationStats
 
 
 @dataclass(frozen=True)
@@ -114,12 +122,16 @@ def run_decode(
     progress: bool = True,
     shard: tuple[int, int] = (0, 1),
     attn_implementation: str | None = None,
+    batch_size: int = 1,
+    latency_examples: int = 0,
 ) -> Path:
     """Decode every example of ``job`` not yet in ``out``; return the file written.
 
     With ``shard=(rank, world)`` this process takes every world-th example, starting at ``rank``,
     and writes them to its own shard file (see :func:`merge_shards`).
     """
+    if batch_size < 1:
+        raise DataError(f"batch_size must be >= 1, got {batch_size}")
     from diversed.head import load_head_for
     from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
 
@@ -149,34 +161,56 @@ def run_decode(
     )
     settings, digest = job.settings(), job.settings_hash()
     done_stats = [GenerationStats()]
-    bar = tqdm(todo, desc=f"{job.dataset} {job.config.method.value}", unit="ex", disable=not progress)
+    batch_seconds = 0.0
+    bar = tqdm(
+        total=len(todo), desc=f"{job.dataset} {job.config.method.value}", unit="ex", disable=not progress
+    )
     with path.open("a", encoding="utf-8") as sink:
-        for index, example in bar:
-            ids = prompt_ids(tokenizer, example.prompt, job.chat)
-            result = decoder.generate(ids, seed=job.config.seed + index)
-            completion = tokenizer.decode(result.token_ids, skip_special_tokens=True)
-            record = {
-                "id": example.id,
-                "dataset": job.dataset,
-                "split": job.split,
-                "method": job.config.method.value,
-                "prompt": example.prompt,
-                "completion": completion,
-                "prediction": task.extract(completion, example.record),
-                "reference": example.reference,
-                "token_ids": result.token_ids,
-                "finish_reason": result.finish_reason,
-                "stats": result.stats.to_dict(),
-                "settings": settings,
-                "settings_hash": digest,
-            }
-            sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+        for batch in plan_batches(todo, batch_size, latency_examples):
+            ids = [prompt_ids(tokenizer, example.prompt, job.chat) for _, example in batch]
+            seeds = [job.config.seed + index for index, _ in batch]
+            start = time.perf_counter()
+            results = decoder.generate_batch(ids, seeds=seeds)
+            seconds = time.perf_counter() - start
+            batch_info = {"size": len(batch), "id": f"{batch[0][1].id}+{len(batch)}", "seconds": seconds}
+            for (_, example), result in zip(batch, results, strict=True):
+                completion = tokenizer.decode(result.token_ids, skip_special_tokens=True)
+                record = {
+                    "id": example.id,
+                    "dataset": job.dataset,
+                    "split": job.split,
+                    "method": job.config.method.value,
+                    "prompt": example.prompt,
+                    "completion": completion,
+                    "prediction": task.extract(completion, example.record),
+                    "reference": example.reference,
+                    "token_ids": result.token_ids,
+                    "finish_reason": result.finish_reason,
+                    "stats": result.stats.to_dict(),
+                    "batch": batch_info,
+                    "settings": settings,
+                    "settings_hash": digest,
+                }
+                sink.write(json.dumps(record, ensure_ascii=False) + "\n")
+                done_stats.append(result.stats)
             sink.flush()
             os.fsync(sink.fileno())
-            done_stats.append(result.stats)
+            batch_seconds += seconds
             total = GenerationStats.total(done_stats)
-            postfix = {"tok/s": f"{total.tokens_per_second:.2f}"}
+            postfix = {"tok/s": f"{total.new_tokens / batch_seconds:.2f}", "B": len(batch)}
             if total.acceptance_rate is not None:
                 postfix["accept"] = f"{total.acceptance_rate:.1%}"
             bar.set_postfix(postfix)
+            bar.update(len(batch))
+    bar.close()
     return path
+
+
+def plan_batches(
+    todo: list[tuple[int, Example]], batch_size: int, latency_examples: int
+) -> list[list[tuple[int, Example]]]:
+    """Batches in example order: the job's first ``latency_examples`` examples one at a time, then
+    the rest ``batch_size`` at a time."""
+    single = [item for item in todo if item[0] < latency_examples]
+    rest = [item for item in todo if item[0] >= latency_examples]
+    return [[item] for item in single] + [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]

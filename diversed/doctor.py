@@ -45,7 +45,7 @@ def run_doctor(data_dir: str | None = None) -> int:
         _line(True, "device", f"CUDA: {props.name}, {props.total_memory / 2**30:.0f} GiB")
     else:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-        from diversed.cpu import available
+        from diversed.engine.cpu import available
 
         onednn = "oneDNN linears available" if available() else "no oneDNN (slower verification)"
         _line(

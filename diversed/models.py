@@ -13,8 +13,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from diversed import embedded
-from diversed.cpu import use_onednn_linear
 from diversed.embedded import is_embedded
+from diversed.engine.cpu import use_onednn_linear
 
 
 class ModelError(ValueError):
@@ -62,7 +62,7 @@ def load_model(
     attn_implementation: str | None = None,
     onednn: bool = True,
 ) -> PreTrainedModel:
-    """A causal LM in eval mode on ``device``; on CPU its linears use oneDNN (see :mod:`diversed.cpu`)."""
+    """A causal LM in eval mode on ``device``; on CPU its linears use oneDNN (:mod:`diversed.engine.cpu`)."""
     kwargs = {"dtype": getattr(torch, dtype)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from diversed.data import get_task
-from diversed.stats import leviathan_speedup
+from diversed.engine.stats import leviathan_speedup
 
 QUALITY = {"accuracy": "accuracy", "rouge": "rouge2", "bleu": "bleu", "pass@1": "pass@1"}
 

@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from diversed.data import DataError, get_task, load_records
+from diversed.engine.stats import GenerationStats
 from diversed.metrics import accuracy, bleu, pass_at_1, rouge
 from diversed.sandbox import run_program
-from diversed.stats import GenerationStats
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -21,18 +21,30 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
 
 def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Pooled over examples: rates are ratios of sums, not means of ratios."""
-    total = GenerationStats.total(GenerationStats.from_dict(r["stats"]) for r in records)
+    """Pooled over examples: rates are ratios of sums, not means of ratios.
+
+    Latency figures (seconds per example, step times) come from the examples decoded at batch 1
+    only, as the paper measures them; ``latency_examples`` says how many. Throughput is all
+    generated tokens over the summed wall time of the batches, at ``batch_size`` (the largest).
+    """
+    stats = [GenerationStats.from_dict(r["stats"]) for r in records]
+    total = GenerationStats.total(stats)
+    single = GenerationStats.total(s for s in stats if s.batch_size == 1)
+    n_single = sum(s.batch_size == 1 for s in stats)
+    batches = {r.get("batch", {}).get("id", r["id"]): r.get("batch", {}).get("seconds") for r in records}
+    wall = sum(seconds for seconds in batches.values() if seconds is not None)
     return {
         "acceptance_rate": total.acceptance_rate,
         "mean_accepted_length": total.mean_accepted_length,
-        "tokens_per_second": total.tokens_per_second,
-        "seconds_per_example": total.seconds / len(records),
+        "seconds_per_example": single.seconds / n_single if n_single else None,
+        "latency_examples": n_single,
+        "tokens_per_second": total.new_tokens / wall if wall else total.tokens_per_second,
+        "batch_size": total.batch_size,
         "target_forwards_per_token": total.target_forwards / total.new_tokens if total.new_tokens else None,
-        "target_step_seconds": total.target_seconds / total.target_forwards
-        if total.target_forwards
+        "target_step_seconds": single.target_seconds / single.target_forwards
+        if single.target_forwards
         else None,
-        "draft_step_seconds": total.draft_seconds / total.draft_forwards if total.draft_forwards else None,
+        "draft_step_seconds": single.draft_seconds / single.draft_forwards if single.draft_forwards else None,
         "new_tokens": total.new_tokens,
         "drafted": total.drafted,
         "accepted": total.accepted,

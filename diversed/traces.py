@@ -27,10 +27,10 @@ from tqdm import tqdm
 
 from diversed.config import differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
-from diversed.decoding import _forward, _prefill
+from diversed.engine.loop import _forward, _prefill
+from diversed.engine.rules import total_variation
+from diversed.engine.sampling import Sampling, probabilities
 from diversed.metrics import rouge2_per_example
-from diversed.sampling import Sampling, probabilities
-from diversed.verify import total_variation
 
 TENSORS = ("h_draft", "h_target", "p_y", "q_y", "tv", "mu")
 

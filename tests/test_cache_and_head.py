@@ -1,29 +1,59 @@
-"""KV-cache rollback, the head interface of the dynamic ensemble, and the dynamic schedule."""
+"""The shared cache with holes, the head interface of the dynamic ensemble, and the schedules."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
-from transformers import DynamicCache
 
 from diversed import DecodeConfig, Decoder
-from diversed.decoding import _crop, _forward
+from diversed.engine.cache import RaggedCache, left_pad
+from diversed.engine.schedules import DraftSchedule, make_schedule
 from diversed.methods import Schedule
-from diversed.schedules import DraftSchedule, make_schedule
+
+
+def fresh_logits(model, ids: list[int]) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([ids])).logits[0]
 
 
 @pytest.mark.parametrize("model_index", [0, 1])
-def test_rolled_back_cache_gives_fresh_logits(pair, model_index):
+def test_rejected_columns_become_holes_and_change_nothing(pair, model_index):
     model = pair[model_index]
     prefix, rejected, continuation = [5, 9, 13, 2, 40], [7, 7, 8, 30], [11, 12, 60]
-    cache = DynamicCache(config=model.config)
-    _forward(model, prefix + rejected, cache)
-    _crop(cache, len(prefix))
-    assert cache.get_seq_length() == len(prefix)
-    rolled, _ = _forward(model, continuation, cache)
+    cache = RaggedCache(model, 1)
     with torch.no_grad():
-        fresh = model(torch.tensor([prefix + continuation])).logits[0, len(prefix) :]
-    assert torch.allclose(rolled, fresh, atol=1e-5)
+        cache.forward(torch.tensor([prefix + rejected]), torch.ones(1, 9, dtype=torch.bool))
+        cache.keep_new(len(rejected), torch.zeros(1, len(rejected), dtype=torch.bool))
+        assert int(cache.lengths[0]) == len(prefix) and cache.columns == 9
+        rolled, _ = cache.forward(torch.tensor([continuation]), torch.ones(1, 3, dtype=torch.bool))
+    assert torch.allclose(rolled[0], fresh_logits(model, prefix + continuation)[len(prefix) :], atol=1e-5)
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_padded_batch_with_holes_equals_batch_one_forwards(pair, attention):
+    """Left padding, a one-token prompt and holes in the middle: every row's logits equal a fresh
+    batch-1 forward over its own tokens, and nothing is NaN (the padding rows attend to themselves)."""
+    model = copy.deepcopy(pair[0])
+    model.set_attn_implementation(attention)
+    prompts = [[5, 9, 13, 2, 40, 41, 42], [7], [11, 12, 60, 61]]
+    ids, valid = left_pad(prompts, 0, model.device)
+    cache = RaggedCache(model, 3)
+    with torch.no_grad():
+        logits, _ = cache.forward(ids, valid)
+        assert not torch.isnan(logits).any()
+        # a block of 3 columns; row 0 keeps 1, row 1 keeps 3, row 2 keeps none of its last 2
+        block = torch.tensor([[20, 21, 22], [23, 24, 25], [26, 27, 28]])
+        cache.forward(block, torch.tensor([[True, True, True], [True, True, True], [True, False, False]]))
+        cache.keep_new(3, torch.tensor([[True, False, False], [True, True, True], [True, True, True]]))
+        after = torch.tensor([[30, 31], [32, 33], [34, 35]])
+        logits, _ = cache.forward(after, torch.ones(3, 2, dtype=torch.bool))
+    assert not torch.isnan(logits).any()
+    rows = [prompts[0] + [20, 30, 31], prompts[1] + [23, 24, 25, 32, 33], prompts[2] + [26, 34, 35]]
+    for b, row in enumerate(rows):
+        assert cache.lengths[b] == len(row)
+        assert torch.allclose(logits[b], fresh_logits(model, row)[-2:], atol=1e-5), b
 
 
 class ConstantHead:
@@ -33,9 +63,9 @@ class ConstantHead:
         self.weight, self.hidden, self.calls = weight, hidden, 0
 
     def __call__(self, h_draft: torch.Tensor, h_target: torch.Tensor) -> torch.Tensor:
-        assert h_draft.shape == h_target.shape and h_draft.shape[1] == self.hidden
+        assert h_draft.shape == h_target.shape and h_draft.shape[-1] == self.hidden
         self.calls += 1
-        return torch.full((h_draft.shape[0],), self.weight)
+        return torch.full(h_draft.shape[:-1], self.weight)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -61,21 +91,21 @@ def test_dynamic_schedule_stops_on_low_confidence_and_adapts_threshold():
     schedule = make_schedule(Schedule.DYNAMIC, 5)
     assert schedule.threshold == 0.4
     schedule.begin()
-    assert schedule.stop_early(0.3) and not schedule.stop_early(0.5)
+    assert schedule.call_threshold == 0.4
     # accepted drafts had high probability, rejected ones low: the ROC threshold lands between
     for _ in range(3):
         schedule.observe([0.9, 0.8, 0.2], num_accepted=2)
     assert 0.2 < schedule.threshold <= 0.8
-    assert schedule.stop_early(0.3)  # the old threshold holds until the next call, as in HF
+    assert schedule.call_threshold == 0.4  # the old threshold holds until the next call, as in HF
     schedule.begin()
-    assert schedule.stop_early(schedule.threshold - 1e-6) and not schedule.stop_early(schedule.threshold)
+    assert schedule.call_threshold == schedule.threshold
     assert schedule.threshold != 0.4
 
 
 def test_threshold_zero_never_stops_and_never_adapts():
     schedule = DraftSchedule(3, 0.0)
     schedule.begin()
-    assert not schedule.stop_early(0.0)
+    assert schedule.call_threshold == 0.0
     for _ in range(5):
         schedule.observe([0.9, 0.1], 1)
     assert schedule.threshold == 0.0

@@ -6,17 +6,18 @@ import pytest
 import torch
 
 from diversed import DecodeConfig, Decoder
-from diversed.methods import CascadeRule, EnsembleSpace
-from diversed.sampling import Sampling
-from diversed.verify import (
+from diversed.engine.rules import (
     Block,
     CascadeRuleVerifier,
     EnsembleRule,
     LossyRule,
+    Position,
     StandardRule,
     total_variation,
     verify,
 )
+from diversed.engine.sampling import RowRandom, Sampling
+from diversed.methods import CascadeRule, EnsembleSpace
 
 SAMPLING = Sampling(temperature=1.0)
 
@@ -28,21 +29,30 @@ def random_pair(vocab: int = 50, seed: int = 0) -> tuple[torch.Tensor, torch.Ten
     return p, q
 
 
-def every_token_block(p: torch.Tensor, q: torch.Tensor) -> Block:
-    """One row per vocabulary entry, so accept_prob lists the acceptance of every possible draft."""
+def every_token(p: torch.Tensor, q: torch.Tensor) -> Position:
+    """One position per vocabulary entry, so accept_prob lists the acceptance of every possible draft."""
     vocab = p.shape[0]
-    return Block(
-        tokens=torch.arange(vocab),
-        p=p.expand(vocab + 1, vocab),
+    return Position(
+        p=p.expand(vocab, vocab),
         q=q.expand(vocab, vocab),
-        p_logits=p.log().expand(vocab + 1, vocab),
+        p_logits=p.log().expand(vocab, vocab),
         q_logits=q.log().expand(vocab, vocab),
     )
 
 
+def accept_prob(rule, p, q) -> torch.Tensor:
+    pos = every_token(p, q)
+    return rule.accept_prob(pos, rule.target(pos), torch.arange(p.shape[0]))
+
+
+def residual(rule, p, q) -> torch.Tensor:
+    pos = every_token(p, q)
+    return rule.residual(pos, rule.target(pos))
+
+
 def expected_acceptance(rule, p, q) -> float:
     """E_{x ~ q}[accept(x)]: the per-token acceptance probability."""
-    return float((q * rule.accept_prob(every_token_block(p, q))).sum())
+    return float((q * accept_prob(rule, p, q)).sum())
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -71,41 +81,49 @@ def test_lossy_acceptance_is_sum_of_min_q_p_over_l(lenience):
 
 def test_lossy_with_lenience_one_is_sd():
     p, q = random_pair(seed=6)
-    block = every_token_block(p, q)
-    assert torch.allclose(LossyRule(1.0).accept_prob(block), StandardRule().accept_prob(block))
-    assert torch.allclose(LossyRule(1.0).residual(block), StandardRule().residual(block))
+    assert torch.allclose(accept_prob(LossyRule(1.0), p, q), accept_prob(StandardRule(), p, q))
+    assert torch.allclose(residual(LossyRule(1.0), p, q), residual(StandardRule(), p, q))
 
 
 @pytest.mark.parametrize("weight", [0.1, 0.5, 1.0])
 def test_static_residual_is_independent_of_weight(weight):
     p, q = random_pair(seed=7)
-    block = every_token_block(p, q)
-    residual = EnsembleRule(weight, EnsembleSpace.PROBS, SAMPLING).residual(block)[0]
+    got = residual(EnsembleRule(weight, EnsembleSpace.PROBS, SAMPLING), p, q)[0]
     expected = (p - q).clamp_min(0)
-    assert torch.allclose(residual, expected / expected.sum(), atol=1e-6)
+    assert torch.allclose(got, expected / expected.sum(), atol=1e-6)
 
 
 def test_monte_carlo_acceptance_through_verify():
-    """verify() draws accept/reject with the stated probability (20,000 draws, 4-sigma band)."""
+    """verify() draws accept/reject with the stated probability: 20,000 rows of one batched
+    call, 4-sigma band; the corrections follow the residual (chi-square, p > 1e-3)."""
+    from scipy.stats import chisquare
+
     p, q = random_pair(vocab=20, seed=8)
     weight = 0.6
     rule = EnsembleRule(weight, EnsembleSpace.PROBS, SAMPLING)
-    g = torch.Generator().manual_seed(0)
     draws = 20_000
-    accepted = 0
-    for _ in range(draws):
-        x = torch.multinomial(q, 1, generator=g)
-        block = Block(
-            tokens=x,
-            p=p.expand(2, -1),
-            q=q.unsqueeze(0),
-            p_logits=p.log().expand(2, -1),
-            q_logits=q.log()[None],
-        )
-        accepted += verify(rule, block, SAMPLING, g)[0]
+    x = torch.multinomial(q, draws, replacement=True, generator=torch.Generator().manual_seed(0))
+    block = Block(
+        tokens=x.unsqueeze(1),
+        num_drafted=torch.ones(draws, dtype=torch.long),
+        p=p.expand(draws, 2, -1),
+        q=q.expand(draws, 1, -1),
+        p_logits=p.log().expand(draws, 2, -1),
+        q_logits=q.log().expand(draws, 1, -1),
+    )
+    accepted, extra = verify(rule, block, SAMPLING, RowRandom(list(range(draws))))
     beta = 1 - weight * float(total_variation(p, q))
     sigma = (beta * (1 - beta) / draws) ** 0.5
-    assert abs(accepted / draws - beta) < 4 * sigma
+    assert abs(float(accepted.double().mean()) - beta) < 4 * sigma
+    corrections = extra[accepted == 0]
+    expected = (p - q).clamp_min(0).double()
+    expected = expected / expected.sum() * corrections.numel()
+    observed = torch.bincount(corrections, minlength=20).double()
+    assert float(observed[expected == 0].sum()) == 0  # never a token the residual excludes
+    big = expected >= 5  # the residual's zeros hold nothing, checked above; the rest are large cells
+    assert float(expected[(expected > 0) & ~big].sum()) == 0
+    observed, expected = observed[big], expected[big]
+    assert chisquare(observed.numpy(), expected.numpy()).pvalue > 1e-3
 
 
 def test_weight_zero_accepts_every_draft_in_the_loop(pair, tokenizer):
@@ -130,13 +148,13 @@ def test_weight_zero_accepts_every_draft_in_the_loop(pair, tokenizer):
 def test_logit_space_mixture_is_geometric():
     p, q = random_pair(seed=9)
     rule = EnsembleRule(0.3, EnsembleSpace.LOGITS, SAMPLING)
-    v = rule.target(every_token_block(p, q))[0]
+    v = rule.target(every_token(p, q))[0]
     expected = (0.3 * p.log() + 0.7 * q.log()).softmax(-1)
     assert torch.allclose(v, expected, atol=1e-6)
 
 
 def cascade_target(rule: CascadeRule, alpha: float, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    return CascadeRuleVerifier(rule, alpha).target(every_token_block(p, q))[0]
+    return CascadeRuleVerifier(rule, alpha).target(every_token(p, q))[0]
 
 
 def test_cascade_deferral_rules():

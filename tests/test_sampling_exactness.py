@@ -3,7 +3,8 @@
 The first two emitted tokens of 20,000 seeded generations on an 8-token vocabulary are compared
 with the exact distribution obtained by enumerating both positions, with Pearson's chi-square
 test. Threshold: p-value > 1e-3 passes (seeds are fixed, so the outcome is deterministic); the
-same test must reject a deliberately wrong rule with p-value < 1e-6.
+same test must reject a deliberately wrong rule with p-value < 1e-6. Generations run in batches
+of ``batch`` rows (row b with its own seed); B = 1 and B = 4 must both pass.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 from scipy.stats import chisquare
 
 from diversed import DecodeConfig, Decoder
-from diversed.verify import StandardRule
+from diversed.engine.rules import StandardRule
 
 SAMPLES = 20_000
 PROMPT = [1]
@@ -36,11 +37,13 @@ def exact_two_token_distribution(target, draft, weight: float) -> np.ndarray:
     return table.double().numpy()
 
 
-def empirical_counts(decoder: Decoder, vocab: int) -> np.ndarray:
+def empirical_counts(decoder: Decoder, vocab: int, batch: int = 4) -> np.ndarray:
     counts = np.zeros((vocab, vocab))
-    for seed in range(SAMPLES):
-        x1, x2 = decoder.generate(PROMPT, seed=seed).token_ids[:2]
-        counts[x1, x2] += 1
+    for first in range(0, SAMPLES, batch):
+        seeds = list(range(first, first + batch))
+        for generation in decoder.generate_batch([PROMPT] * batch, seeds=seeds):
+            x1, x2 = generation.token_ids[:2]
+            counts[x1, x2] += 1
     return counts
 
 
@@ -68,8 +71,9 @@ def make_decoder(pair, method: str, weight: float = 1.0) -> Decoder:
     return Decoder(pair[0], pair[1], cfg)
 
 
-def test_sd_matches_target_distribution(small_vocab_pair):
-    counts = empirical_counts(make_decoder(small_vocab_pair, "sd"), 8)
+@pytest.mark.parametrize("batch", [1, 4])
+def test_sd_matches_target_distribution(small_vocab_pair, batch):
+    counts = empirical_counts(make_decoder(small_vocab_pair, "sd"), 8, batch)
     assert chi_square_p(counts, exact_two_token_distribution(*small_vocab_pair, weight=1.0)) > PASS_P
 
 
@@ -86,8 +90,8 @@ def test_static_ensemble_matches_mixture(small_vocab_pair, weight):
 class ResampleFromTarget(StandardRule):
     """A classic bug: on rejection draw from p instead of norm((p - q)+)."""
 
-    def residual(self, block):
-        return block.p[:-1]
+    def residual(self, pos, v):
+        return pos.p
 
 
 def test_chi_square_rejects_a_wrong_rule(small_vocab_pair):

@@ -18,6 +18,9 @@ resamples from norm((p - q)+).
 
 Greedy decoding (temperature 0) uses token matching against argmax v; the distributions are then
 the unfiltered temperature-1 ones.
+
+Every rule works position by position on tensors shaped [..., V] (a batch of B rows and L
+drafted positions is [B, L, V]), so one call verifies a whole batch's block.
 """
 
 from __future__ import annotations
@@ -27,24 +30,36 @@ from dataclasses import dataclass
 import torch
 
 from diversed.config import DecodeConfig
+from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.methods import CascadeRule, EnsembleSpace, Method
-from diversed.sampling import Sampling, draw, probabilities
 
 
 @dataclass
 class Block:
-    """What the verifier sees for one block of L drafted tokens.
+    """What the verifier sees for one block: B rows of up to L drafted tokens.
 
-    ``p`` has L + 1 rows (the last one is the bonus position); ``q`` has the L rows the draft
-    sampled from. ``weights`` holds per-position target weights from a head (``diversed`` only).
+    ``p`` has L + 1 positions (the last is the bonus position); ``q`` has the L the draft sampled
+    from. Row b drafted ``num_drafted[b]`` tokens; its positions beyond that are padding.
     """
 
-    tokens: torch.Tensor  # [L] drafted token ids
-    p: torch.Tensor  # [L + 1, V] processed target probabilities
-    q: torch.Tensor  # [L, V] processed draft probabilities (exactly those sampled from)
-    p_logits: torch.Tensor  # [L + 1, V] raw target logits
-    q_logits: torch.Tensor  # [L, V] raw draft logits
-    weights: torch.Tensor | None = None  # [L] target weights w
+    tokens: torch.Tensor  # [B, L] drafted token ids
+    num_drafted: torch.Tensor  # [B] drafted tokens per row (<= L)
+    p: torch.Tensor  # [B, L + 1, V] processed target probabilities
+    q: torch.Tensor  # [B, L, V] processed draft probabilities (exactly those sampled from)
+    p_logits: torch.Tensor  # [B, L + 1, V] raw target logits
+    q_logits: torch.Tensor  # [B, L, V] raw draft logits
+    weights: torch.Tensor | None = None  # [B, L] target weights w (diversed)
+
+
+@dataclass
+class Position:
+    """The distributions at a set of positions (any leading shape, last dimension V)."""
+
+    p: torch.Tensor
+    q: torch.Tensor
+    p_logits: torch.Tensor
+    q_logits: torch.Tensor
+    weights: torch.Tensor | None = None  # leading shape, no V
 
 
 def _normalise_positive(x: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
@@ -59,26 +74,26 @@ def total_variation(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return 0.5 * (p - q).abs().sum(-1)
 
 
+def _at(x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    return x.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
 class Rule:
     """SD verification against :meth:`target`; subclasses choose the target."""
 
     needs_hidden_states = False
 
-    def target(self, block: Block) -> torch.Tensor:
-        """The distribution the L drafted tokens are verified against, [L, V]."""
-        return block.p[:-1]
+    def target(self, pos: Position) -> torch.Tensor:
+        """The distribution the drafted tokens are verified against."""
+        return pos.p
 
-    def accept_prob(self, block: Block) -> torch.Tensor:
+    def accept_prob(self, pos: Position, v: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         """Probability of keeping each drafted token, given the previous ones were kept."""
-        v = self.target(block)
-        idx = block.tokens.unsqueeze(-1)
-        ratio = v.gather(-1, idx).squeeze(-1) / block.q.gather(-1, idx).squeeze(-1)
-        return ratio.clamp(max=1.0)
+        return (_at(v, tokens) / _at(pos.q, tokens)).clamp(max=1.0)
 
-    def residual(self, block: Block) -> torch.Tensor:
-        """Distribution of the correction token after a rejection, [L, V]."""
-        v = self.target(block)
-        return _normalise_positive(v - block.q, v)
+    def residual(self, pos: Position, v: torch.Tensor) -> torch.Tensor:
+        """Distribution of the correction token after a rejection."""
+        return _normalise_positive(v - pos.q, v)
 
 
 class StandardRule(Rule):
@@ -93,15 +108,11 @@ class LossyRule(Rule):
             raise ValueError(f"lenience must be in (0, 1], got {lenience}")
         self.lenience = lenience
 
-    def accept_prob(self, block: Block) -> torch.Tensor:
-        idx = block.tokens.unsqueeze(-1)
-        p = block.p[:-1].gather(-1, idx).squeeze(-1)
-        q = block.q.gather(-1, idx).squeeze(-1)
-        return (p / (self.lenience * q)).clamp(max=1.0)
+    def accept_prob(self, pos: Position, v: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        return (_at(pos.p, tokens) / (self.lenience * _at(pos.q, tokens))).clamp(max=1.0)
 
-    def residual(self, block: Block) -> torch.Tensor:
-        p = block.p[:-1]
-        return _normalise_positive(p - block.q, p)
+    def residual(self, pos: Position, v: torch.Tensor) -> torch.Tensor:
+        return _normalise_positive(pos.p - pos.q, pos.p)
 
 
 class EnsembleRule(Rule):
@@ -115,18 +126,18 @@ class EnsembleRule(Rule):
         self.sampling = sampling
         self.needs_hidden_states = weight is None
 
-    def _weights(self, block: Block) -> torch.Tensor:
+    def _weights(self, pos: Position) -> torch.Tensor | float:
         if self.weight is not None:
-            return torch.full((block.q.shape[0], 1), self.weight, dtype=block.q.dtype)
-        if block.weights is None:
+            return self.weight
+        if pos.weights is None:
             raise ValueError("the dynamic ensemble needs per-position weights from a head")
-        return block.weights.reshape(-1, 1).to(block.q.dtype)
+        return pos.weights.unsqueeze(-1).to(pos.q.dtype)
 
-    def target(self, block: Block) -> torch.Tensor:
-        w = self._weights(block)
+    def target(self, pos: Position) -> torch.Tensor:
+        w = self._weights(pos)
         if self.space is EnsembleSpace.PROBS:
-            return w * block.p[:-1] + (1.0 - w) * block.q
-        mixed = w * block.p_logits[:-1].float() + (1.0 - w) * block.q_logits.float()
+            return w * pos.p + (1.0 - w) * pos.q
+        mixed = w * pos.p_logits.float() + (1.0 - w) * pos.q_logits.float()
         return probabilities(mixed, self.sampling)
 
 
@@ -137,8 +148,8 @@ class CascadeRuleVerifier(Rule):
         self.rule = rule
         self.alpha = alpha
 
-    def target(self, block: Block) -> torch.Tensor:
-        p, q = block.p[:-1], block.q
+    def target(self, pos: Position) -> torch.Tensor:
+        p, q = pos.p, pos.q
         max_p = p.max(-1, keepdim=True).values
         max_q = q.max(-1, keepdim=True).values
         if self.rule is CascadeRule.TOKEN:
@@ -169,27 +180,42 @@ def make_rule(config: DecodeConfig) -> Rule:
     return CascadeRuleVerifier(config.cascade_rule, config.cascade_alpha)
 
 
-def verify(
-    rule: Rule, block: Block, sampling: Sampling, generator: torch.Generator | None
-) -> tuple[int, int]:
-    """Accept a prefix of the drafted tokens; return (number accepted, the one extra token).
+def _row(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[b, index[b]] for x [B, L, ...]."""
+    return x[torch.arange(x.shape[0], device=x.device), index]
 
-    The extra token is the correction after the first rejection, or a bonus token drawn from
-    the target (never mixed) when every drafted token was kept.
+
+def verify(
+    rule: Rule, block: Block, sampling: Sampling, rng: RowRandom | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accept a prefix of each row's drafts; return (accepted [B], the one extra token [B]).
+
+    The extra token is the correction after the first rejection, or a bonus token drawn from the
+    target (never mixed) when every drafted token was kept. Each row consumes ``num_drafted``
+    acceptance uniforms and then one for its extra token, whatever its batch-mates do.
     """
-    num_drafted = block.tokens.shape[0]
-    if num_drafted == 0:
-        return 0, int(draw(block.p[-1], sampling, generator))
+    length = block.tokens.shape[1]
+    drafted = torch.arange(length, device=block.tokens.device) < block.num_drafted.unsqueeze(1)
+    pos = Position(block.p[:, :-1], block.q, block.p_logits[:, :-1], block.q_logits, block.weights)
+    v = rule.target(pos)
     if sampling.greedy:
-        best = rule.target(block).argmax(-1)
+        best = v.argmax(-1)
         keep = block.tokens == best
     else:
-        uniforms = torch.rand(num_drafted, generator=generator)
-        keep = uniforms < rule.accept_prob(block)
-    rejected = (~keep).nonzero()
-    n = int(rejected[0]) if rejected.numel() else num_drafted
-    if n == num_drafted:
-        return n, int(draw(block.p[-1], sampling, generator))
+        uniforms = rng.uniform(length, block.num_drafted)
+        keep = uniforms < rule.accept_prob(pos, v, block.tokens)
+    accepted = (keep & drafted).long().cumprod(-1).sum(-1)
+    bonus = accepted == block.num_drafted
+    p_next = _row(block.p, accepted)
+    u = None if sampling.greedy else rng.uniform(1, torch.ones_like(accepted))[:, 0]
+    if length == 0:
+        return accepted, draw(p_next, sampling, u)
+    at = accepted.clamp_max(length - 1)
     if sampling.greedy:
-        return n, int(best[n])
-    return n, int(draw(rule.residual(block)[n], sampling, generator))
+        return accepted, torch.where(bonus, p_next.argmax(-1), _row(best, at))
+    here = Position(_row(pos.p, at), _row(pos.q, at), _row(pos.p_logits, at), _row(pos.q_logits, at))
+    if pos.weights is not None:
+        here.weights = _row(pos.weights, at)
+    correction = rule.residual(here, _row(v, at))
+    dist = torch.where(bonus.unsqueeze(-1), p_next, correction)
+    return accepted, draw(dist, sampling, u)

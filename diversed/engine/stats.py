@@ -26,6 +26,7 @@ class GenerationStats:
     decode_seconds: float = 0.0
     draft_seconds: float = 0.0  # inside decode: time in draft forwards
     target_seconds: float = 0.0  # inside decode: time in target (verification) forwards
+    batch_size: int = 1  # prompts decoded together; times are the batch's wall times
 
     def record_block(self, num_drafted: int, num_accepted: int) -> None:
         self.blocks += 1
@@ -68,6 +69,7 @@ class GenerationStats:
             "decode_seconds": self.decode_seconds,
             "draft_seconds": self.draft_seconds,
             "target_seconds": self.target_seconds,
+            "batch_size": self.batch_size,
             "seconds": self.seconds,
             "tokens_per_second": self.tokens_per_second,
         }
@@ -92,6 +94,7 @@ class GenerationStats:
             out.decode_seconds += s.decode_seconds
             out.draft_seconds += s.draft_seconds
             out.target_seconds += s.target_seconds
+            out.batch_size = max(out.batch_size, s.batch_size)
             for k, count in enumerate(s.accepted_histogram):
                 if len(out.accepted_histogram) <= k:
                     out.accepted_histogram.append(0)

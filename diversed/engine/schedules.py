@@ -48,9 +48,10 @@ class DraftSchedule:
     def max_tokens(self) -> int:
         return self.num_tokens
 
-    def stop_early(self, draft_prob: float) -> bool:
-        """Stop drafting after a token the draft gave less than the threshold."""
-        return self._call_threshold > 0.0 and draft_prob < self._call_threshold
+    @property
+    def call_threshold(self) -> float:
+        """This call's confidence threshold: drafting stops after a token whose q is below it (0: off)."""
+        return self._call_threshold
 
     def observe(self, draft_probs: list[float], num_accepted: int) -> None:
         """Record one block's outcome; ``draft_probs`` holds q(x_i) of every drafted token."""

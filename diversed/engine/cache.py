@@ -1,0 +1,135 @@
+"""A KV cache shared by the rows of a batch, with holes: one model's state during batched decoding.
+
+Design ("holes", the first of the reference note's four): the rows share one ``DynamicCache`` whose
+columns are appended to every row at once. A column is *valid* for a row if it holds one of that
+row's real tokens; left padding at prefill and drafted tokens a row rejected stay in the cache as
+invalid columns (holes) instead of being copied out. Why this design:
+
+* nothing is copied per block (realigning the rows would copy both caches every block), and no
+  per-row Python work is needed: a row's state is a column mask and a length;
+* it is exact, because each cached key already carries its RoPE rotation, computed from the row's
+  own position ids (valid tokens before it), and causal order follows the column index, so a hole
+  changes nothing but the amount of attention work;
+* batch 1 is the same code: its holes are only rejected drafts, and the trailing ones are cropped.
+
+Invariants (per row): valid columns hold exactly the row's tokens, in order, at positions 0..n-1;
+a hole never becomes valid again; every query row attends at least to itself, so a row of pure
+padding never has an empty softmax (CUDA's SDPA would return NaN there).
+
+Prefill runs each prompt alone, at its own length, and copies the rows' keys and values into the
+shared cache right-aligned: a batched prefill would spend its compute on padding (prompts of a
+dataset differ in length by several times), and per-row prefill is bit-identical to batch 1.
+
+The mask is passed as a 4D additive float mask [B, 1, q, past + q] (0 = attend, dtype minimum =
+not), which transformers hands to the attention unchanged and which eager and SDPA read alike.
+Columns invalid in every row are cropped from the right; columns at the left stay until the batch
+ends (a finished row's prompt padding costs attention work only).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class RaggedCache:
+    """One model's shared cache, with per-row validity and lengths (see the module docstring)."""
+
+    def __init__(self, model: PreTrainedModel, batch: int) -> None:
+        self.model = model
+        self.cache = DynamicCache(config=model.config)
+        device = model.device
+        self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, columns]
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # valid columns per row
+
+    @property
+    def columns(self) -> int:
+        return self.valid.shape[1]
+
+    def forward(
+        self, ids: torch.Tensor, new_valid: torch.Tensor, hidden: bool = False, logits_to_keep: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Append q columns ``ids`` [B, q] (``new_valid`` [B, q] marks real tokens); return logits
+        [B, q', V] (q' = ``logits_to_keep`` or q) and, if asked, last-layer hidden states [B, q, d]."""
+        past = self.columns
+        width = ids.shape[1]
+        positions = self.lengths.unsqueeze(1) + new_valid.long().cumsum(1) - 1
+        positions = positions.clamp_min(0)
+        valid = torch.cat([self.valid, new_valid], dim=1)
+        key_index = torch.arange(past + width, device=ids.device)
+        query_index = past + torch.arange(width, device=ids.device)
+        causal = key_index.unsqueeze(0) <= query_index.unsqueeze(1)  # [q, past + q]
+        allowed = valid.unsqueeze(1) & causal.unsqueeze(0)
+        allowed = allowed | (key_index.unsqueeze(0) == query_index.unsqueeze(1)).unsqueeze(0)
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=ids.device)
+        mask = mask.masked_fill(~allowed, torch.finfo(dtype).min).unsqueeze(1)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            cache=self.cache,
+            use_cache=True,
+            output_hidden_states=hidden,
+            logits_to_keep=logits_to_keep,
+        )
+        self.valid = valid
+        self.lengths = self.lengths + new_valid.long().sum(1)
+        states = out.hidden_states[-1] if hidden else None
+        return out.logits, states
+
+    def prefill(self, prompts: list[list[int]]) -> None:
+        """Fill an empty cache with each row's tokens, right-aligned (left-padded with holes)."""
+        width = max(len(p) for p in prompts)
+        if width == 0:
+            return
+        device = self.model.device
+        caches = []
+        for prompt in prompts:
+            cache = DynamicCache(config=self.model.config)
+            if prompt:
+                ids = torch.tensor([prompt], device=device)
+                self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
+            caches.append(cache)
+        for index in range(len(caches[0].layers)):
+            shaped = next(c.layers[index].keys for c, p in zip(caches, prompts, strict=True) if p)
+            keys = shaped.new_zeros((len(prompts), shaped.shape[1], width, shaped.shape[-1]))
+            values = torch.zeros_like(keys)
+            for row, (cache, prompt) in enumerate(zip(caches, prompts, strict=True)):
+                if prompt:
+                    keys[row, :, width - len(prompt) :] = cache.layers[index].keys[0]
+                    values[row, :, width - len(prompt) :] = cache.layers[index].values[0]
+            self.cache.update(keys, values, index)
+        lengths = torch.tensor([len(p) for p in prompts], device=device)
+        self.valid = torch.arange(width, device=device) >= (width - lengths).unsqueeze(1)
+        self.lengths = lengths
+
+    def keep_new(self, width: int, keep: torch.Tensor) -> None:
+        """Re-mark the last ``width`` columns: only those where ``keep`` [B, width] stay valid."""
+        old = self.valid[:, -width:]
+        self.valid = torch.cat([self.valid[:, :-width], old & keep], dim=1)
+        self.lengths = self.lengths - (old & ~keep).long().sum(1)
+
+    def crop_trailing(self, last_valid_column: int) -> None:
+        """Drop the columns after ``last_valid_column``, which the caller knows are holes in every row."""
+        extra = self.columns - 1 - last_valid_column
+        if extra > 0:
+            self.cache.crop(-extra)
+            self.valid = self.valid[:, :-extra]
+
+    def select(self, rows: torch.Tensor) -> None:
+        """Keep only ``rows`` (indices into the batch)."""
+        self.cache.batch_select_indices(rows)
+        self.valid, self.lengths = self.valid[rows], self.lengths[rows]
+
+
+def left_pad(prompts: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids [B, max len] and their validity mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    valid = torch.zeros(len(prompts), width, dtype=torch.bool)
+    for row, prompt in enumerate(prompts):
+        if prompt:
+            ids[row, width - len(prompt) :] = torch.tensor(prompt)
+            valid[row, width - len(prompt) :] = True
+    return ids.to(device), valid.to(device)

@@ -1,0 +1,349 @@
+"""The decoding loop: autoregressive and speculative, for a batch of prompts, on stock transformers.
+
+One speculative block (Leviathan et al. 2023, Alg. 1), for every row of the batch at once:
+
+1. the draft proposes up to L tokens per row, each drawn from its processed distribution q,
+   which is kept; a row drafts as many as its own schedule allows (its other slots are padding);
+2. ONE target forward over [last token, x_1..x_L] gives p at every drafted position plus one;
+3. the method's rule keeps a prefix x_1..x_n of each row and supplies one more token (a
+   correction, or a bonus token from the target when the row kept all it drafted), so every row
+   emits n + 1 tokens; the rule runs once on [B, L, V], never row by row;
+4. the columns a row rejected become holes in both caches (see :mod:`diversed.engine.cache`);
+   columns that are holes in every row are cropped.
+
+Invariants, per row:
+
+* the target's cache holds every token of the row but the last, which the next block feeds;
+* the draft's cache lags behind by one or two tokens (the last drafted token is never fed to the
+  draft, nor is the correction); they are fed as the two *pending* columns of the draft's first
+  forward of the next block (the first is a hole when only one is pending), never in an extra
+  forward;
+* a row's randomness is its own stream (:class:`~diversed.engine.sampling.RowRandom`), advanced
+  only by the draws it really makes, so row b of a batch equals a batch-1 run with row b's seed;
+* a row that ends (EOS, stop string, budget) leaves the batch, and both caches drop it.
+
+On the device: logits, distributions, acceptance tests and residual draws stay where the models
+are; one host transfer per block brings the block's tokens (and each drafted token's q, which the
+schedules need). The one exception is the confidence stop: when a threshold is on, each draft step
+asks whether any row is still drafting, because a skipped draft forward is worth far more than a
+sync. Batch 1 runs exactly this code.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from diversed.config import DecodeConfig
+from diversed.engine.cache import RaggedCache
+from diversed.engine.rules import Block, make_rule, verify
+from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
+from diversed.engine.schedules import DraftSchedule, make_schedule
+from diversed.engine.stats import GenerationStats
+from diversed.methods import Method
+
+# A head maps the draft's and the target's last-layer hidden states of the drafted positions,
+# [..., d_draft] and [..., d_target], to target weights w in [0, 1] of shape [...].
+EnsembleHead = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Generation:
+    """The generated token ids (prompt excluded), why generation ended, and its statistics."""
+
+    token_ids: list[int]
+    finish_reason: str  # "eos", "stop" or "length"
+    stats: GenerationStats
+
+
+@dataclass
+class _Row:
+    """Host-side state of one prompt of the batch."""
+
+    index: int  # position in the caller's list
+    budget: int
+    schedule: DraftSchedule
+    stats: GenerationStats
+    generated: list[int]
+    finish: str = "length"
+
+
+@dataclass
+class _Draft:
+    """One block's drafts, on the device."""
+
+    tokens: torch.Tensor  # [B, L]
+    num_drafted: torch.Tensor  # [B]
+    q: torch.Tensor  # [B, L, V]
+    q_logits: torch.Tensor  # [B, L, V]
+    hidden: torch.Tensor | None  # [B, L, d]
+    step_seconds: list[float]
+
+
+class Decoder:
+    """Generates with a target model and, for speculative methods, a draft model.
+
+    The decoder owns the draft-length schedule, so a ``heuristic`` schedule carries its draft
+    length from one ``generate`` call to the next, as in Hugging Face. Within one batched call
+    every row starts from that state; afterwards the decoder keeps the state of the batch's last
+    row, as if the rows had been decoded one after another in order.
+    """
+
+    def __init__(
+        self,
+        target: PreTrainedModel,
+        draft: PreTrainedModel | None,
+        config: DecodeConfig,
+        head: EnsembleHead | None = None,
+        eos_token_ids: Iterable[int] = (),
+        stop_strings: Iterable[str] = (),
+        decode_text: Callable[[list[int]], str] | None = None,
+    ) -> None:
+        if config.method.speculative and draft is None:
+            raise ValueError(f"method {config.method.value!r} needs a draft model")
+        if config.method is Method.DIVERSED and head is None:
+            raise ValueError("method 'diversed' needs an ensemble head")
+        self.target, self.draft, self.config = target, draft, config
+        self.head = head.to(target.device) if isinstance(head, torch.nn.Module) else head
+        self.sampling = Sampling(config.temperature, config.top_k, config.top_p)
+        self.rule = make_rule(config)
+        self.schedule = make_schedule(
+            config.schedule, config.num_assistant_tokens, config.confidence_threshold
+        )
+        self.eos_token_ids = sorted(set(eos_token_ids))
+        self.stop_strings = [s for s in stop_strings if s]
+        if self.stop_strings and decode_text is None:
+            raise ValueError("stop strings need a decode_text function (a tokenizer)")
+        self.decode_text = decode_text
+        device = target.device
+        self._eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
+        pad = target.config.pad_token_id
+        self._pad = pad if isinstance(pad, int) else 0
+
+    def generate(
+        self, prompt_ids: list[int], max_new_tokens: int | None = None, seed: int | None = None
+    ) -> Generation:
+        """Continue one prompt by at most ``max_new_tokens`` tokens (a batch of one)."""
+        return self.generate_batch([prompt_ids], max_new_tokens, None if seed is None else [seed])[0]
+
+    @torch.inference_mode()
+    def generate_batch(
+        self,
+        prompts: Sequence[list[int]],
+        max_new_tokens: int | Sequence[int] | None = None,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        """Continue every prompt; row b uses ``seeds[b]`` (default: the config's seed for all)."""
+        if not prompts or any(not p for p in prompts):
+            raise ValueError("every prompt must hold at least one token")
+        count = len(prompts)
+        budgets = self._per_row(max_new_tokens, self.config.max_new_tokens, count, "max_new_tokens")
+        seeds = self._per_row(seeds, self.config.seed, count, "seeds")
+        device = self.target.device
+        rows = []
+        for index, budget in enumerate(budgets):
+            schedule = copy.deepcopy(self.schedule)
+            schedule.begin()
+            rows.append(_Row(index, budget, schedule, GenerationStats(batch_size=count), []))
+        rng = RowRandom(list(seeds), device)
+        speculative = self.config.method.speculative
+
+        start = time.perf_counter()
+        heads = [list(p[:-1]) for p in prompts]
+        target_cache = RaggedCache(self.target, count)
+        target_cache.prefill(heads)
+        draft_cache = RaggedCache(self.draft, count) if speculative else None
+        if draft_cache is not None:
+            draft_cache.prefill(heads)
+        prefill_seconds = time.perf_counter() - start
+        last = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
+        pending = torch.stack([torch.full_like(last, self._pad), last], dim=1)  # the draft's pending columns
+        pending_valid = torch.tensor([[False, True]] * count, device=device)
+
+        done: list[_Row] = []
+        start = time.perf_counter()
+        while rows:
+            limits = [
+                min(r.schedule.max_tokens(), r.budget - len(r.generated) - 1) if speculative else 0
+                for r in rows
+            ]
+            drafts = None
+            if max(limits) > 0:
+                drafts = self._draft(draft_cache, pending, pending_valid, limits, rows, rng)
+            width = 0 if drafts is None else drafts.tokens.shape[1]
+            accepted, extra, q_drafted, verify_seconds = self._verify(target_cache, last, drafts, rng)
+
+            # The one host transfer of the block: drafted tokens, their q, counts, extra tokens.
+            num_drafted = drafts.num_drafted if drafts is not None else torch.zeros_like(accepted)
+            host = torch.cat(
+                [
+                    torch.stack([accepted, extra, num_drafted], dim=1).double(),
+                    drafts.tokens.double() if drafts is not None else q_drafted,
+                    q_drafted,
+                ],
+                dim=1,
+            ).tolist()
+            target_cache.keep_new(width + 1, torch.arange(width + 1, device=device) <= accepted.unsqueeze(1))
+            target_cache.crop_trailing(target_cache.columns - width - 1 + max(int(h[0]) for h in host))
+            if drafts is not None:
+                columns = torch.arange(width + 1, device=device) - 1  # [pending0, pending1, x_1..x_{L-1}]
+                draft_cache.keep_new(width + 1, (columns <= accepted.unsqueeze(1)) | (columns < 1))
+                kept = 2 + max(min(int(h[0]), width - 1) for h in host)
+                draft_cache.crop_trailing(draft_cache.columns - width - 1 + kept - 1)
+                full = (accepted == num_drafted) & (num_drafted > 0)
+                lag = drafts.tokens.gather(1, (num_drafted - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+                pending = torch.stack([torch.where(full, lag, self._pad), extra], dim=1)
+                pending_valid = torch.stack([full, torch.ones_like(full)], dim=1)
+            last = extra
+
+            elapsed = time.perf_counter() - start
+            finished = []
+            for b, (row, values) in enumerate(zip(rows, host, strict=True)):
+                n, token, drafted = int(values[0]), int(values[1]), int(values[2])
+                tokens = [int(t) for t in values[3 : 3 + drafted]]
+                probs = values[3 + width : 3 + width + drafted]
+                row.schedule.observe(probs, n)
+                row.stats.record_block(drafted, n)
+                row.stats.target_forwards += 1
+                row.stats.draft_forwards += drafted
+                if drafts is not None:
+                    row.stats.draft_seconds += sum(drafts.step_seconds[:drafted])
+                row.stats.target_seconds += verify_seconds
+                new = tokens[:n] + [token]
+                row.generated.extend(new)
+                row.finish = self._finished(row.generated, len(row.generated) - len(new), row.budget)
+                if row.finish:
+                    row.stats.decode_seconds = elapsed
+                    finished.append(b)
+            if finished:
+                keep = [b for b in range(len(rows)) if b not in finished]
+                done.extend(rows[b] for b in finished)
+                rows = [rows[b] for b in keep]
+                if rows:
+                    index = torch.tensor(keep, device=device)
+                    target_cache.select(index)
+                    if draft_cache is not None:
+                        draft_cache.select(index)
+                    rng.select(index)
+                    last, pending, pending_valid = last[index], pending[index], pending_valid[index]
+
+        done.sort(key=lambda r: r.index)
+        self.schedule = done[-1].schedule
+        results = []
+        for row in done:
+            row.stats.prefill_seconds = prefill_seconds
+            row.stats.new_tokens = len(row.generated)
+            results.append(Generation(row.generated, row.finish, row.stats))
+        return results
+
+    @staticmethod
+    def _per_row(value: int | Sequence[int] | None, default: int, count: int, name: str) -> list[int]:
+        if value is None:
+            return [default] * count
+        if isinstance(value, int):
+            return [value] * count
+        if len(value) != count:
+            raise ValueError(f"{name} has {len(value)} entries for {count} prompts")
+        return list(value)
+
+    def _draft(
+        self,
+        cache: RaggedCache,
+        pending: torch.Tensor,
+        pending_valid: torch.Tensor,
+        limits: list[int],
+        rows: list[_Row],
+        rng: RowRandom,
+    ) -> _Draft:
+        """Draw up to ``limits[b]`` draft tokens per row, with the q rows they were drawn from."""
+        device = pending.device
+        limit = torch.tensor(limits, device=device)
+        threshold = torch.tensor([r.schedule.call_threshold for r in rows], device=device)
+        confidence_stop = bool((threshold > 0).any()) if rows else False
+        hidden = self.rule.needs_hidden_states
+        stopped = torch.zeros(len(rows), dtype=torch.bool, device=device)
+        tokens, q_rows, logit_rows, hidden_rows, seconds = [], [], [], [], []
+        drafted = torch.zeros(len(rows), dtype=torch.long, device=device)
+        feed, feed_valid = pending, pending_valid
+        for step in range(max(limits)):
+            active = (step < limit) & ~stopped
+            feed_valid = feed_valid & active.unsqueeze(1)
+            begin = time.perf_counter()
+            logits, states = cache.forward(feed, feed_valid, hidden, logits_to_keep=1)
+            q = probabilities(logits[:, -1], self.sampling)
+            uniforms = None if self.sampling.greedy else rng.uniform(1, active)[:, 0]
+            token = draw(q, self.sampling, uniforms)
+            seconds.append(time.perf_counter() - begin)
+            tokens.append(token)
+            q_rows.append(q)
+            logit_rows.append(logits[:, -1].float())
+            if hidden:
+                hidden_rows.append(states[:, -1])
+            drafted = drafted + active.long()
+            q_token = q.gather(1, token.unsqueeze(1)).squeeze(1)
+            stopped = stopped | ~active | torch.isin(token, self._eos) | (q_token < threshold)
+            feed, feed_valid = token.unsqueeze(1), torch.ones_like(active).unsqueeze(1)
+            if confidence_stop and bool(stopped.all()):
+                break
+        return _Draft(
+            tokens=torch.stack(tokens, dim=1),
+            num_drafted=drafted,
+            q=torch.stack(q_rows, dim=1),
+            q_logits=torch.stack(logit_rows, dim=1),
+            hidden=torch.stack(hidden_rows, dim=1) if hidden else None,
+            step_seconds=seconds,
+        )
+
+    def _verify(
+        self, cache: RaggedCache, last: torch.Tensor, drafts: _Draft | None, rng: RowRandom
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+        """One target forward over the last token and the drafts.
+
+        Returns (accepted [B], extra token [B], q of each drafted token [B, L] as float64, seconds
+        of the forward).
+        """
+        device = last.device
+        first = torch.ones(last.shape[0], 1, dtype=torch.bool, device=device)  # the last token: real
+        if drafts is None:
+            ids, valid, width = last.unsqueeze(1), first, 0
+        else:
+            width = drafts.tokens.shape[1]
+            ids = torch.cat([last.unsqueeze(1), drafts.tokens], dim=1)
+            steps = torch.arange(width, device=device)
+            valid = torch.cat([first, steps < drafts.num_drafted.unsqueeze(1)], dim=1)
+        hidden = self.rule.needs_hidden_states and width > 0
+        begin = time.perf_counter()
+        logits, h_target = cache.forward(ids, valid, hidden)
+        seconds = time.perf_counter() - begin
+        logits = logits.float()
+        p = probabilities(logits, self.sampling)
+        if drafts is None:
+            tokens = torch.zeros(last.shape[0], 0, dtype=torch.long, device=device)
+            block = Block(tokens, torch.zeros_like(last), p, p[:, :0], logits, logits[:, :0])
+            accepted, extra = verify(self.rule, block, self.sampling, rng)
+            return accepted, extra, tokens.double(), seconds
+        weights = None
+        if hidden:
+            weights = self.head(drafts.hidden, h_target[:, :width]).float()
+        block = Block(drafts.tokens, drafts.num_drafted, p, drafts.q, logits, drafts.q_logits, weights)
+        accepted, extra = verify(self.rule, block, self.sampling, rng)
+        q_drafted = drafts.q.gather(2, drafts.tokens.unsqueeze(2)).squeeze(2).double()
+        return accepted, extra, q_drafted, seconds
+
+    def _finished(self, generated: list[int], first_new: int, budget: int) -> str:
+        """Cut ``generated`` after an EOS or a stop string among the new tokens; '' if not done."""
+        for i in range(first_new, len(generated)):
+            if generated[i] in self.eos_token_ids:
+                del generated[i + 1 :]
+                return "eos"
+            if self.stop_strings:
+                window = self.decode_text(generated[max(0, i - 63) : i + 1])
+                if any(s in window for s in self.stop_strings):
+                    del generated[i + 1 :]
+                    return "stop"
+        return "length" if len(generated) >= budget else ""
