@@ -129,13 +129,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     )
     head = load_head_for(args.head, target, draft) if config.method is Method.DIVERSED else None
     decoder = Decoder(target, draft, config, head=head, eos_token_ids=eos_ids(tokenizer, target))
-    result = decoder.generate(prompt_ids(tokenizer, args.prompt, args.chat))
-    text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
-    if args.json:
-        print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
-    else:
-        print(text)
-        print(f"[{config.method.value}] {result.stats.summary()}", file=sys.stderr)
+    prompts = [prompt_ids(tokenizer, prompt, args.chat) for prompt in args.prompt]
+    for result in decoder.generate_batch(prompts):  # one batch; every row seeded with --seed
+        text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
+        if args.json:
+            print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
+        else:
+            print(text)
+            print(f"[{config.method.value}] {result.stats.summary()}", file=sys.stderr)
     return 0
 
 
@@ -167,6 +168,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 args.device,
                 not args.quiet,
                 attn_implementation=args.attn_implementation,
+                batch_size=args.batch_size,
+                latency_examples=args.latency_examples,
             )
         )
         return 0
@@ -179,7 +182,18 @@ def cmd_decode(args: argparse.Namespace) -> int:
     state = PartialState()
     device = str(state.device)
     shard = (state.process_index, state.num_processes)
-    run_decode(job, args.out, args.data_dir, not args.no_hub, device, False, shard, args.attn_implementation)
+    run_decode(
+        job,
+        args.out,
+        args.data_dir,
+        not args.no_hub,
+        device,
+        False,
+        shard,
+        args.attn_implementation,
+        args.batch_size,
+        args.latency_examples,
+    )
     state.wait_for_everyone()
     if state.is_main_process:
         print(merge_shards(job, args.out, state.num_processes, args.data_dir, not args.no_hub))
@@ -275,7 +289,10 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
     for weight in job.behaviour_weights:
         if not 0.0 <= weight <= 1.0:
             raise ConfigError(f"behaviour_weights: {weight} is not in [0, 1]")
-    print(collect_traces(job, args.out, args.data_dir, not args.no_hub, args.device, progress=not args.quiet))
+    out = collect_traces(
+        job, args.out, args.data_dir, not args.no_hub, args.device, not args.quiet, args.batch_size
+    )
+    print(out)
     return 0
 
 
@@ -340,13 +357,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    gen = sub.add_parser("generate", help="decode one prompt and print the text and statistics")
+    gen = sub.add_parser("generate", help="decode prompts (one batch) and print the texts and statistics")
     add_model_flags(gen)
     add_decoding_flags(gen)
-    gen.add_argument("--prompt", required=True, help="prompt text")
+    gen.add_argument(
+        "--prompt",
+        required=True,
+        action="append",
+        help="prompt text; repeat the flag to decode several prompts as one batch, each seeded with --seed",
+    )
     gen.add_argument("--head", help="trained ensemble head folder (method diversed)")
     gen.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
-    gen.add_argument("--json", action="store_true", help="print one JSON object: text, token_ids, stats")
+    gen.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per prompt, one per line, in prompt order: text, token_ids, stats",
+    )
     gen.set_defaults(func=cmd_generate)
 
     dec = sub.add_parser("decode", help="decode a dataset split into a resumable JSONL file")
@@ -361,6 +387,15 @@ def build_parser() -> argparse.ArgumentParser:
     dec.add_argument("--out", required=True, help="JSONL file; rerun with the same arguments to resume")
     dec.add_argument("--quiet", action="store_true", help="no progress bar")
     dec.add_argument("--head", help="trained ensemble head folder (method diversed)")
+    dec.add_argument(
+        "--batch-size", type=int, default=1, help="prompts decoded together (1); outputs do not depend on it"
+    )
+    dec.add_argument(
+        "--latency-examples",
+        type=int,
+        default=0,
+        help="decode the job's first N examples one at a time: their timings are its seconds per example (0)",
+    )
     add_data_flags(dec)
     dec.set_defaults(func=cmd_decode)
 
@@ -439,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("--seed", type=int, default=42, help="subset and sampling seed (42)")
     col.add_argument("--out", required=True, help="trace folder; rerun to resume")
     col.add_argument("--quiet", action="store_true", help="no progress bar")
+    col.add_argument(
+        "--batch-size", type=int, default=1, help="rollouts sampled together (1); traces do not depend on it"
+    )
     add_data_flags(col)
     col.set_defaults(func=cmd_collect_traces)
 

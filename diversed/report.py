@@ -2,7 +2,9 @@
 
 ``main.{md,csv,tex}``: one row per method setting, one column group per dataset: acceptance rate,
 mean accepted length, the task's quality metric, seconds per example and speed-up over ``auto``
-at the same temperature (same machine, same run). Plots: quality against acceptance and against
+at the same temperature (same machine, same run), both measured at batch 1 as the paper does,
+and the job's throughput at its decoding batch size; each timing column names its batch size.
+Plots: quality against acceptance and against
 time, with the static-ensemble sweep drawn as a line and the other methods as labelled points
 (the paper's Pareto picture); speed-up against draft length with Leviathan's prediction from the
 measured acceptance alpha, draft/target step ratio c and verification cost.
@@ -59,6 +61,8 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "acceptance_rate": score["acceptance_rate"],
                 "mean_accepted_length": score["mean_accepted_length"],
                 "seconds_per_example": score["seconds_per_example"],
+                "tokens_per_second": score["tokens_per_second"],
+                "batch_size": score.get("batch_size", 1),
                 "target_step_seconds": score.get("target_step_seconds"),
                 "draft_step_seconds": score.get("draft_step_seconds"),
             }
@@ -71,7 +75,8 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
             and r["dataset"] == row["dataset"]
             and r["temperature"] == row["temperature"]
         ]
-        row["speedup"] = auto[0]["seconds_per_example"] / row["seconds_per_example"] if auto else None
+        latency = row["seconds_per_example"]
+        row["speedup"] = auto[0]["seconds_per_example"] / latency if auto and latency else None
     return rows
 
 
@@ -80,13 +85,26 @@ def main_table(rows: list[dict[str, Any]]):
     import pandas as pd
 
     frame = pd.DataFrame(rows)
-    figures = ["acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example", "speedup"]
+    figures = [
+        "acceptance_rate",
+        "mean_accepted_length",
+        "quality",
+        "seconds_per_example",
+        "speedup",
+        "tokens_per_second",
+    ]
     wide = frame.pivot_table(index="setting", columns="dataset", values=figures, aggfunc="first")
     wide = wide.swaplevel(0, 1, axis=1).sort_index(axis=1, level=0)
     order = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "diversed": 5}
     wide = wide.loc[sorted(wide.index, key=lambda s: (order.get(s.split()[0], 9), s))]
     names = {r["dataset"]: r["quality_name"] for r in rows}
-    wide.columns = [f"{d} {names[d] if f == 'quality' else f}" for d, f in wide.columns]
+    batch = max(r["batch_size"] for r in rows)
+    timing = {
+        "seconds_per_example": "s/example (B=1)",
+        "speedup": "speed-up (B=1)",
+        "tokens_per_second": f"tok/s (B={batch})",
+    }
+    wide.columns = [f"{d} {names[d] if f == 'quality' else timing.get(f, f)}" for d, f in wide.columns]
     return wide
 
 
@@ -113,7 +131,7 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     written: list[Path] = []
     for x_key, x_label, name in (
         ("acceptance_rate", "acceptance rate", "quality_vs_acceptance"),
-        ("seconds_per_example", "seconds per example", "quality_vs_time"),
+        ("seconds_per_example", "seconds per example (batch 1)", "quality_vs_time"),
     ):
         fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
         for ax, dataset in zip(axes[0], datasets, strict=True):

@@ -27,9 +27,9 @@ from tqdm import tqdm
 
 from diversed.config import differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
-from diversed.engine.loop import _forward, _prefill
+from diversed.engine.cache import RaggedCache
 from diversed.engine.rules import total_variation
-from diversed.engine.sampling import Sampling, probabilities
+from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.metrics import rouge2_per_example
 
 TENSORS = ("h_draft", "h_target", "p_y", "q_y", "tv", "mu")
@@ -80,43 +80,79 @@ def task_reward(dataset: str, prediction: str, example: Example) -> float:
     return float(run_program(task.program(prediction, example.record)).passed)
 
 
-WeightFn = Callable[[torch.Tensor, torch.Tensor], float]
+# A head: behaviour weights w [B] from the last-layer hidden states [B, d_draft] and [B, d_target].
+HeadFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @torch.inference_mode()
 def rollout(
     target,
     draft,
-    prompt: list[int],
-    weight_fn: WeightFn,
+    prompts: list[list[int]],
+    behaviour: HeadFn | list[float],
     sampling: Sampling,
     max_new_tokens: int,
     eos_ids: set[int],
-    generator: torch.Generator,
-) -> tuple[list[int], dict[str, torch.Tensor]]:
-    """Sample a completion token by token from mu = w p + (1 - w) q, recording the trace."""
-    target_cache, draft_cache = _prefill(target, prompt), _prefill(draft, prompt)
-    last = prompt[-1]
-    tokens: list[int] = []
-    rows: dict[str, list[torch.Tensor]] = {name: [] for name in TENSORS}
+    seeds: list[int],
+) -> list[tuple[list[int], dict[str, torch.Tensor]]]:
+    """Sample a batch of completions token by token from mu = w p + (1 - w) q, recording traces.
+
+    ``behaviour`` is a head, or one fixed weight per prompt. Rows share the two models' forwards
+    (see :mod:`diversed.engine.cache`) and own their random streams, so each row equals its
+    batch-1 rollout; a row that emits an end token leaves the batch.
+    """
+    device = target.device
+    caches = [RaggedCache(model, len(prompts)) for model in (target, draft)]
+    for cache in caches:
+        cache.prefill([p[:-1] for p in prompts])
+    rng = RowRandom(seeds, device)
+    eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
+    last = torch.tensor([p[-1] for p in prompts], device=device)
+    fixed = None if callable(behaviour) else torch.tensor(behaviour, device=device)
+    live = list(range(len(prompts)))  # caller's row index of each batch row
+    tokens: list[list[int]] = [[] for _ in prompts]
+    rows: list[dict[str, list[torch.Tensor]]] = [{name: [] for name in TENSORS} for _ in prompts]
     for _ in range(max_new_tokens):
-        p_logits, h_target = _forward(target, [last], target_cache, hidden=True)
-        q_logits, h_draft = _forward(draft, [last], draft_cache, hidden=True)
-        p, q = probabilities(p_logits[-1], sampling), probabilities(q_logits[-1], sampling)
-        w = weight_fn(h_draft[-1:], h_target[-1:])
+        real = torch.ones(len(live), 1, dtype=torch.bool, device=device)
+        (p_logits, h_target), (q_logits, h_draft) = (
+            c.forward(last[:, None], real, hidden=True) for c in caches
+        )
+        p, q = probabilities(p_logits[:, -1], sampling), probabilities(q_logits[:, -1], sampling)
+        h_draft, h_target = h_draft[:, -1].float(), h_target[:, -1].float()
+        w = (behaviour(h_draft, h_target) if fixed is None else fixed).reshape(-1, 1).to(p.dtype)
         mu = w * p + (1 - w) * q
-        y = int(torch.multinomial(mu, 1, generator=generator))
-        rows["h_draft"].append(h_draft[-1].half())
-        rows["h_target"].append(h_target[-1].half())
-        rows["p_y"].append(p[y])
-        rows["q_y"].append(q[y])
-        rows["tv"].append(total_variation(p, q))
-        rows["mu"].append(mu[y])
-        tokens.append(y)
+        y = draw(mu, sampling, None if sampling.greedy else rng.uniform(1, real[:, 0])[:, 0])
+        at = y.unsqueeze(1)
+        fields = {
+            "h_draft": h_draft.half(),
+            "h_target": h_target.half(),
+            "p_y": p.gather(1, at)[:, 0],
+            "q_y": q.gather(1, at)[:, 0],
+            "tv": total_variation(p, q),
+            "mu": mu.gather(1, at)[:, 0],
+        }
+        fields = {name: value.cpu() for name, value in fields.items()}
+        for b, (row, token) in enumerate(zip(live, y.tolist(), strict=True)):
+            tokens[row].append(token)
+            for name, value in fields.items():
+                rows[row][name].append(value[b])
+        going = ~torch.isin(y, eos)
+        if not bool(going.all()):
+            keep = going.nonzero()[:, 0]
+            live = [live[b] for b in keep.tolist()]
+            if not live:
+                break
+            for cache in caches:
+                cache.select(keep)
+            rng.select(keep)
+            y = y[keep]
+            if fixed is not None:
+                fixed = fixed[keep]
         last = y
-        if y in eos_ids:
-            break
-    return tokens, {name: torch.stack(values) for name, values in rows.items()}
+    return [
+        (tokens[i], {name: torch.stack(values) for name, values in rows[i].items()})
+        for i in range(len(prompts))
+    ]
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -143,8 +179,13 @@ def collect_traces(
     allow_hub: bool = True,
     device: str = "cpu",
     progress: bool = True,
+    batch_size: int = 1,
 ) -> Path:
-    """Roll out every (prompt, behaviour) pair not yet in ``out``."""
+    """Roll out every (prompt, behaviour) pair not yet in ``out``, ``batch_size`` at a time.
+
+    The manifest is rewritten after each batch, so a kill loses at most the batch in flight;
+    sequence n is seeded with ``seed * 100_003 + n`` whatever the batch size.
+    """
     from diversed.head import load_head_for
     from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
 
@@ -165,41 +206,42 @@ def collect_traces(
     sampling = Sampling(job.temperature)
     stop_ids = eos_ids(tokenizer, target)
     task = get_task(job.dataset)
-    for example, name, weight in tqdm(todo, desc=f"traces {job.dataset}", unit="seq", disable=not progress):
-
-        def weight_fn(h_d: torch.Tensor, h_t: torch.Tensor, weight: float | None = weight) -> float:
-            return float(head(h_d, h_t)) if head is not None else float(weight)
-
+    bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not progress)
+    for first in range(0, len(todo), batch_size):
+        batch = todo[first : first + batch_size]
         index = len(manifest["sequences"])
-        generator = torch.Generator().manual_seed(job.seed * 100_003 + index)
-        tokens, tensors = rollout(
+        seeds = [job.seed * 100_003 + index + i for i in range(len(batch))]
+        results = rollout(
             target,
             draft,
-            prompt_ids(tokenizer, example.prompt, job.chat),
-            weight_fn,
+            [prompt_ids(tokenizer, example.prompt, job.chat) for example, _, _ in batch],
+            head if head is not None else [weight for _, _, weight in batch],
             sampling,
             job.max_new_tokens,
             stop_ids,
-            generator,
+            seeds,
         )
-        completion = tokenizer.decode(tokens, skip_special_tokens=True)
-        prediction = task.extract(completion, example.record)
-        meta = {
-            "id": f"{example.id}@{name}",
-            "example_id": example.id,
-            "behaviour": name,
-            "completion": completion,
-            "prediction": prediction,
-            "reference": example.reference,
-            "reward": task_reward(job.dataset, prediction, example),
-            "tokens": len(tokens),
-            "file": f"seq-{index:05d}",
-        }
-        save_file(tensors, str(out_dir / f"{meta['file']}.safetensors.tmp"))
-        os.replace(out_dir / f"{meta['file']}.safetensors.tmp", out_dir / f"{meta['file']}.safetensors")
-        _write_atomic(out_dir / f"{meta['file']}.json", json.dumps(meta, ensure_ascii=False))
-        manifest["sequences"].append({k: meta[k] for k in ("id", "file", "reward", "tokens")})
+        for offset, ((example, name, _), (tokens, tensors)) in enumerate(zip(batch, results, strict=True)):
+            completion = tokenizer.decode(tokens, skip_special_tokens=True)
+            prediction = task.extract(completion, example.record)
+            meta = {
+                "id": f"{example.id}@{name}",
+                "example_id": example.id,
+                "behaviour": name,
+                "completion": completion,
+                "prediction": prediction,
+                "reference": example.reference,
+                "reward": task_reward(job.dataset, prediction, example),
+                "tokens": len(tokens),
+                "file": f"seq-{index + offset:05d}",
+            }
+            save_file(tensors, str(out_dir / f"{meta['file']}.safetensors.tmp"))
+            os.replace(out_dir / f"{meta['file']}.safetensors.tmp", out_dir / f"{meta['file']}.safetensors")
+            _write_atomic(out_dir / f"{meta['file']}.json", json.dumps(meta, ensure_ascii=False))
+            manifest["sequences"].append({k: meta[k] for k in ("id", "file", "reward", "tokens")})
         _write_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=1))
+        bar.update(len(batch))
+    bar.close()
     return out_dir
 
 

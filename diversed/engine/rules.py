@@ -195,6 +195,9 @@ def verify(
     acceptance uniforms and then one for its extra token, whatever its batch-mates do.
     """
     length = block.tokens.shape[1]
+    u = None if sampling.greedy else rng.uniform(1, torch.ones_like(block.num_drafted))
+    if length == 0:  # nothing drafted in any row (autoregressive, or a one-token budget)
+        return block.num_drafted, draw(block.p[:, 0], sampling, None if u is None else u[:, 0])
     drafted = torch.arange(length, device=block.tokens.device) < block.num_drafted.unsqueeze(1)
     pos = Position(block.p[:, :-1], block.q, block.p_logits[:, :-1], block.q_logits, block.weights)
     v = rule.target(pos)
@@ -202,14 +205,11 @@ def verify(
         best = v.argmax(-1)
         keep = block.tokens == best
     else:
-        uniforms = rng.uniform(length, block.num_drafted)
-        keep = uniforms < rule.accept_prob(pos, v, block.tokens)
+        acceptance = rng.uniform(length, block.num_drafted)
+        keep = acceptance < rule.accept_prob(pos, v, block.tokens)
     accepted = (keep & drafted).long().cumprod(-1).sum(-1)
     bonus = accepted == block.num_drafted
     p_next = _row(block.p, accepted)
-    u = None if sampling.greedy else rng.uniform(1, torch.ones_like(accepted))[:, 0]
-    if length == 0:
-        return accepted, draw(p_next, sampling, u)
     at = accepted.clamp_max(length - 1)
     if sampling.greedy:
         return accepted, torch.where(bonus, p_next.argmax(-1), _row(best, at))
@@ -218,4 +218,4 @@ def verify(
         here.weights = _row(pos.weights, at)
     correction = rule.residual(here, _row(v, at))
     dist = torch.where(bonus.unsqueeze(-1), p_next, correction)
-    return accepted, draw(dist, sampling, u)
+    return accepted, draw(dist, sampling, u[:, 0])

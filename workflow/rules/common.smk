@@ -23,10 +23,13 @@ LIBRARY = Path(workflow.main_snakefile).parent / "diversed"
 
 
 def src_hash(*modules):
-    """Content hash of library modules, so editing one reruns exactly the rules that use it."""
+    """Content hash of library modules (a folder counts as all its .py files), so editing one
+    reruns exactly the rules that use it."""
     digest = hashlib.sha256()
     for module in modules:
-        digest.update((LIBRARY / module).read_bytes())
+        path = LIBRARY / module
+        for source in sorted(path.glob("*.py")) if path.is_dir() else [path]:
+            digest.update(source.read_bytes())
     return digest.hexdigest()[:12]
 
 

@@ -25,7 +25,9 @@ rule decode:
         max_new_tokens=DECODE["max_new_tokens"],
         head=lambda w, input: f"--head {input.head}" if "head" in input.keys() else "",
         flags=data_flags(),
-        src=src_hash("decoding.py", "verify.py", "sampling.py", "schedules.py", "decode_dataset.py", "data/tasks.py"),
+        batch_size=DECODE["batch_size"],
+        latency_examples=DECODE["latency_examples"],
+        src=src_hash("engine", "decode_dataset.py", "data/tasks.py"),
     threads: 2
     resources:
         gpu=GPU,
@@ -35,4 +37,5 @@ rule decode:
         "(diversed --track decode decode --dataset {wildcards.dataset} --split {params.split} --n-examples {params.n}"
         " --target {params.target} --draft {params.draft} --dtype {params.dtype} {params.chat}"
         " {params.setting} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
+        " --batch-size {params.batch_size} --latency-examples {params.latency_examples}"
         " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"

@@ -9,7 +9,7 @@ rule train_head:
     params:
         traces="results/traces/{train_dataset}",
         epochs=HEAD["epochs"],
-        batch_size=HEAD["batch_size"],
+        batch_size=HEAD["train_batch_size"],
         lr=HEAD["lr"],
         reg_lambda=HEAD["reg_lambda"],
         seed=HEAD["seed"],

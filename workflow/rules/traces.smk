@@ -17,7 +17,8 @@ rule collect_traces:
         weights=" ".join(str(w) for w in HEAD["behaviour_weights"]),
         folder="results/traces/{train_dataset}",
         flags=data_flags(),
-        src=src_hash("traces.py", "decoding.py", "sampling.py", "data/tasks.py"),
+        batch_size=HEAD["batch_size"],
+        src=src_hash("traces.py", "engine", "data/tasks.py"),
     threads: 2
     resources:
         gpu=GPU,
@@ -27,4 +28,4 @@ rule collect_traces:
         "(diversed --track collect_traces collect-traces --dataset {wildcards.train_dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " --behaviour-weights {params.weights} --target {params.target} --draft {params.draft}"
-        " {params.flags} --quiet --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
+        " --batch-size {params.batch_size} {params.flags} --quiet --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
