@@ -144,3 +144,19 @@ def test_every_command_has_help(command):
     )
     assert done.returncode == 0
     assert "usage: diversed" in done.stdout
+
+
+def test_several_prompts_give_one_json_line_each_equal_to_their_single_runs(capsys, model_dirs):
+    target, draft = model_dirs
+    prompts = ["def f(x):", "a", "import os\n"]
+    common = ["generate", "--target", str(target), "--draft", str(draft), "--method", "static"]
+    common += ["--temperature", "1", "--seed", "7", "--max-new-tokens", "16", "--json"]
+    code, out, err = run(capsys, *common, *(arg for p in prompts for arg in ("--prompt", p)))
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert len(rows) == 3 and all(set(r) == {"text", "token_ids", "stats"} for r in rows)
+    for prompt, row in zip(prompts, rows, strict=True):
+        code, single, err = run(capsys, *common, "--prompt", prompt)
+        assert code == 0, err
+        assert json.loads(single)["token_ids"] == row["token_ids"]
+        assert row["stats"]["batch_size"] == 3

@@ -118,3 +118,33 @@ def test_score_of_canonical_answers_is_perfect(tmp_path, canonical_decode_file):
 
     path = canonical_decode_file(5)
     assert score_file("humaneval", path, tmp_path / "m.json")["pass@1"] == 100.0
+
+
+def test_batched_decode_equals_batch_one_and_times_its_latency_subset(model_dirs, tmp_path):
+    one, batched = tmp_path / "one.jsonl", tmp_path / "batched.jsonl"
+    sampling = ("--temperature", "1.0")
+    assert main(decode_argv(model_dirs, one, 5, *sampling)) == 0
+    argv = decode_argv(model_dirs, batched, 5, *sampling, "--batch-size", "3", "--latency-examples", "2")
+    assert main(argv) == 0
+    a, b = lines(one), lines(batched)
+    assert [r["id"] for r in a] == [r["id"] for r in b]
+    assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]
+    assert [r["batch"]["size"] for r in b] == [1, 1, 3, 3, 3]
+    assert [r["stats"]["batch_size"] for r in b] == [1, 1, 3, 3, 3]
+    from diversed.score import efficiency
+
+    figures = efficiency(b)
+    assert figures["latency_examples"] == 2 and figures["batch_size"] == 3
+    singles = [r["stats"]["prefill_seconds"] + r["stats"]["decode_seconds"] for r in b[:2]]
+    assert figures["seconds_per_example"] == pytest.approx(sum(singles) / 2)
+
+
+def test_killed_batched_decode_resumes_without_duplicates(model_dirs, tmp_path):
+    out = tmp_path / "he.jsonl"
+    assert main(decode_argv(model_dirs, out, 5, "--batch-size", "2")) == 0
+    full = lines(out)
+    out.write_text("".join(json.dumps(r) + "\n" for r in full[:3]) + '{"torn')  # a kill mid-batch
+    assert main(decode_argv(model_dirs, out, 5, "--batch-size", "2")) == 0
+    again = lines(out)
+    assert [r["id"] for r in again] == [r["id"] for r in full]
+    assert [r["token_ids"] for r in again] == [r["token_ids"] for r in full]

@@ -158,3 +158,35 @@ def test_negative_lambda_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["train-head", "--traces", str(tmp_path), "--out", str(tmp_path / "h"), "--reg-lambda", "-1"])
     assert "reg_lambda" in capsys.readouterr().err
+
+
+def test_batched_rollouts_equal_batch_one_and_the_teacher_forced_values(pair, tokenizer):
+    from diversed.engine.rules import total_variation
+    from diversed.engine.sampling import Sampling
+    from diversed.traces import rollout
+
+    target, draft = pair
+    prompts = [tokenizer(p).input_ids for p in ["def f(x):", "a", "The quick brown fox"]]
+    weights, seeds, eos = [0.5, 1.0, 0.2], [3, 4, 5], {tokenizer.convert_tokens_to_ids("!")}
+    sampling = Sampling(temperature=1.0)
+    batched = rollout(target, draft, prompts, weights, sampling, 16, eos, seeds)
+    for i, (tokens, tensors) in enumerate(batched):
+        single_tokens, single = rollout(
+            target, draft, [prompts[i]], [weights[i]], sampling, 16, eos, [seeds[i]]
+        )[0]
+        assert tokens == single_tokens
+        for name, value in tensors.items():  # hidden states are stored in fp16: one rounding step
+            tolerance = 4e-3 if value.dtype == torch.float16 else 1e-5
+            assert torch.allclose(value.float(), single[name].float(), atol=tolerance), name
+        # teacher forcing: the stored p(y), q(y), TV and mu(y) are those of the sequence's own prefixes
+        ids = torch.tensor([prompts[i] + tokens])
+        with torch.no_grad():
+            p = target(ids).logits[0, len(prompts[i]) - 1 : -1].softmax(-1)
+            q = draft(ids).logits[0, len(prompts[i]) - 1 : -1].softmax(-1)
+        y = torch.tensor(tokens).unsqueeze(1)
+        assert torch.allclose(tensors["p_y"], p.gather(1, y)[:, 0], atol=1e-5)
+        assert torch.allclose(tensors["q_y"], q.gather(1, y)[:, 0], atol=1e-5)
+        assert torch.allclose(tensors["tv"], total_variation(p, q), atol=1e-5)
+        mu = weights[i] * p + (1 - weights[i]) * q
+        assert torch.allclose(tensors["mu"], mu.gather(1, y)[:, 0], atol=1e-5)
+    assert any(tokens[-1] in eos for tokens, _ in batched)  # some row ended early and left the batch

@@ -1,0 +1,35 @@
+"""benchmarks/gpu.sh runs anywhere with tiny shapes, so it is known to work before a GPU is at hand."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_script_runs_on_cpu_with_tiny_shapes():
+    args = [
+        "--shapes",
+        "tiny",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--new-tokens",
+        "8",
+        "--prompts",
+        "4",
+    ]
+    out = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu.sh"), *args, "--batch-sizes", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    result = json.loads(out.stdout[out.stdout.index("{") :])
+    assert set(result["tok_s"]) == {"ours_sd@1", "hf_assisted@1", "ours_sd@2"}
+    assert all(rate > 0 for rate in result["tok_s"].values())
+    assert result["target_step_seconds_1"] > 0 and result["hbm_floor_seconds"] > 0
