@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from diversed.config import ConfigError, DecodeConfig
+from diversed.config import DTYPES, ConfigError, DecodeConfig
 from diversed.methods import Method, method_choices, parse_method
 
 
@@ -25,7 +25,12 @@ def add_model_flags(parser: argparse.ArgumentParser, draft_required: bool = Fals
     parser.add_argument(
         "--draft", "--draft_model", required=draft_required, help="draft model: hub id or local folder"
     )
-    parser.add_argument("--dtype", default="float32", help="torch dtype of both models (default float32)")
+    parser.add_argument(
+        "--dtype",
+        default="auto",
+        choices=DTYPES,
+        help="dtype of both models; auto (default): bfloat16 on CUDA and CPUs with native bf16, else float32",
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument(
         "--attn-implementation", help="attention kernel for both models, e.g. sdpa or flash_attention_2"
@@ -502,7 +507,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument("--target", help="target model (default: a tiny pair built in code)")
     bench.add_argument("--draft", help="draft model (with --target)")
-    bench.add_argument("--dtype", default="float32", help="torch dtype (default float32)")
+    bench.add_argument(
+        "--dtype", default="auto", choices=DTYPES, help="model dtype (auto: see generate --help)"
+    )
     bench.add_argument("--prompts", nargs="+", help="prompts (default: a few built-in ones)")
     bench.add_argument(
         "--dataset", help="take the prompts from this dataset's test split instead, e.g. humaneval"
@@ -550,6 +557,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.tracker = None
     try:
+        if getattr(args, "dtype", None) == "auto":  # resolved here, so records name the dtype that ran
+            from diversed.engine.cpu import choose_dtype
+
+            args.dtype = choose_dtype("auto", getattr(args, "device", "cpu"))[0]
         return run_tracked(args) if args.track else args.func(args)
     except (ValueError, OSError) as err:  # ConfigError, ModelError, DataError, HeadError are ValueErrors
         parser.exit(2, f"diversed {args.command}: error: {err}\n")

@@ -16,6 +16,9 @@ import yaml
 
 from diversed.methods import CascadeRule, EnsembleSpace, Method, Schedule, parse_method
 
+# Model dtypes a user may ask for; "auto" is resolved by diversed.engine.cpu.choose_dtype.
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key."""

@@ -43,9 +43,10 @@ def run_doctor(data_dir: str | None = None) -> int:
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         _line(True, "device", f"CUDA: {props.name}, {props.total_memory / 2**30:.0f} GiB")
+        _line(True, "dtype auto", "bfloat16: CUDA device")
     else:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-        from diversed.engine.cpu import available
+        from diversed.engine.cpu import available, choose_dtype
 
         onednn = "oneDNN linears available" if available() else "no oneDNN (slower verification)"
         _line(
@@ -54,6 +55,9 @@ def run_doctor(data_dir: str | None = None) -> int:
             f"CPU only: {os.cpu_count()} cores, {memory:.0f} GiB,"
             f" torch threads {torch.get_num_threads()}, {onednn}",
         )
+        dtype, why = choose_dtype("auto", "cpu")
+        kernels = f"oneDNN pre-packed {dtype} linears" if available() else f"torch's default {dtype} linears"
+        _line(True, "dtype auto", f"{dtype}: {why}; {kernels}")
     from diversed.embedded import EMBEDDED, model_dir
 
     for name in EMBEDDED:

@@ -160,3 +160,27 @@ def test_several_prompts_give_one_json_line_each_equal_to_their_single_runs(caps
         assert code == 0, err
         assert json.loads(single)["token_ids"] == row["token_ids"]
         assert row["stats"]["batch_size"] == 3
+
+
+@pytest.mark.parametrize(
+    ("amx", "avx512_bf16", "expected"),
+    [(False, False, "float32"), (False, True, "bfloat16"), (True, False, "bfloat16")],
+)
+def test_dtype_auto_picks_bf16_only_where_the_cpu_has_it(monkeypatch, amx, avx512_bf16, expected):
+    import torch
+
+    from diversed.engine.cpu import choose_dtype
+
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    dtype, why = choose_dtype("auto", "cpu")
+    assert dtype == expected and why
+    assert choose_dtype("auto", "cuda:0")[0] == "bfloat16"
+    assert choose_dtype("float16", "cpu")[0] == "float16"
+
+
+def test_unknown_dtype_is_one_line_with_the_choices(capsys, model_dirs):
+    target, draft = model_dirs
+    code, _, err = run(capsys, "generate", "--target", str(target), "--prompt", "x", "--dtype", "nonsense")
+    assert code == 2
+    assert "invalid choice: 'nonsense'" in err and "bfloat16" in err and "Traceback" not in err
