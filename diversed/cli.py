@@ -287,6 +287,7 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         behaviour_weights=tuple(args.behaviour_weights),
         head=args.head,
+        draft_length=args.draft_length,
         chat=args.chat,
         dtype=args.dtype,
         seed=args.seed,
@@ -475,6 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="target weights w of mu (0.5 1.0)",
     )
     col.add_argument("--head", help="use a trained head as behaviour policy (next round)")
+    col.add_argument(
+        "--draft-length", type=int, default=4, help="tokens drafted per block of the speculative sampler (4)"
+    )
     col.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
     col.add_argument("--seed", type=int, default=42, help="subset and sampling seed (42)")
     col.add_argument("--out", required=True, help="trace folder; rerun to resume")

@@ -1,10 +1,12 @@
 """Trace collection for ensemble-head training: the expensive part, run once.
 
 On a task's train split, complete each prompt by *sampling* from a behaviour policy
-mu = w p + (1 - w) q (a fixed weight, or a previous head's weights), running both models step by
-step. For every generated token y the trace keeps what training needs, so training never runs an
-LM: both last-layer hidden states (fp16), p(y), q(y), TV(p, q) and mu(y). For every sequence it
-keeps the completion, the extracted answer and the task reward.
+mu = w p + (1 - w) q (a fixed weight, or a previous head's weights). Sampling runs as speculative
+decoding against v = mu (exact, like ``static``), batched, in the engine's trace mode, so a
+sequence costs a target forward per block rather than per token. For every generated token y the
+trace keeps what training needs, so training never runs an LM: both last-layer hidden states
+(fp16), p(y), q(y), TV(p, q) and mu(y). For every sequence it keeps the completion, the extracted
+answer and the task reward.
 
 Layout: ``<out>/seq-NNNNN.safetensors`` + ``seq-NNNNN.json`` per sequence, and ``manifest.json``
 (settings, their hash, finished sequences), each written atomically, so a killed collection
@@ -16,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,14 +26,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 
-from diversed.config import differing_keys
+from diversed.config import DecodeConfig, differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
-from diversed.engine.cache import RaggedCache
-from diversed.engine.rules import total_variation
-from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
+from diversed.engine.loop import Decoder
 from diversed.metrics import rouge2_per_example
-
-TENSORS = ("h_draft", "h_target", "p_y", "q_y", "tv", "mu")
 
 
 @dataclass(frozen=True)
@@ -48,6 +45,7 @@ class TraceJob:
     temperature: float = 1.0
     behaviour_weights: tuple[float, ...] = (0.5, 1.0)
     head: str | None = None  # a previous head as behaviour policy (replaces the weights)
+    draft_length: int = 4  # tokens drafted per block of the speculative sampler
     chat: bool = False
     dtype: str = "float32"
     seed: int = 42
@@ -80,79 +78,23 @@ def task_reward(dataset: str, prediction: str, example: Example) -> float:
     return float(run_program(task.program(prediction, example.record)).passed)
 
 
-# A head: behaviour weights w [B] from the last-layer hidden states [B, d_draft] and [B, d_target].
-HeadFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+def behaviour_decoder(target, draft, job: TraceJob, weight: float | None, head, stop_ids) -> Decoder:
+    """Speculative decoding against v = mu, the behaviour mixture, in trace mode.
 
-
-@torch.inference_mode()
-def rollout(
-    target,
-    draft,
-    prompts: list[list[int]],
-    behaviour: HeadFn | list[float],
-    sampling: Sampling,
-    max_new_tokens: int,
-    eos_ids: set[int],
-    seeds: list[int],
-) -> list[tuple[list[int], dict[str, torch.Tensor]]]:
-    """Sample a batch of completions token by token from mu = w p + (1 - w) q, recording traces.
-
-    ``behaviour`` is a head, or one fixed weight per prompt. Rows share the two models' forwards
-    (see :mod:`diversed.engine.cache`) and own their random streams, so each row equals its
-    batch-1 rollout; a row that emits an end token leaves the batch.
+    ``static`` with weight w verifies against mu = w p + (1 - w) q exactly (a fixed behaviour
+    weight); ``diversed`` with a previous head against its per-token mixture (the next round).
+    Trace mode emits no bonus token from p, so every token is a sample of mu.
     """
-    device = target.device
-    caches = [RaggedCache(model, len(prompts)) for model in (target, draft)]
-    for cache in caches:
-        cache.prefill([p[:-1] for p in prompts])
-    rng = RowRandom(seeds, device)
-    eos = torch.tensor(sorted(eos_ids), dtype=torch.long, device=device)
-    last = torch.tensor([p[-1] for p in prompts], device=device)
-    fixed = None if callable(behaviour) else torch.tensor(behaviour, device=device)
-    live = list(range(len(prompts)))  # caller's row index of each batch row
-    tokens: list[list[int]] = [[] for _ in prompts]
-    rows: list[dict[str, list[torch.Tensor]]] = [{name: [] for name in TENSORS} for _ in prompts]
-    for _ in range(max_new_tokens):
-        real = torch.ones(len(live), 1, dtype=torch.bool, device=device)
-        (p_logits, h_target), (q_logits, h_draft) = (
-            c.forward(last[:, None], real, hidden=True) for c in caches
-        )
-        p, q = probabilities(p_logits[:, -1], sampling), probabilities(q_logits[:, -1], sampling)
-        h_draft, h_target = h_draft[:, -1].float(), h_target[:, -1].float()
-        w = (behaviour(h_draft, h_target) if fixed is None else fixed).reshape(-1, 1).to(p.dtype)
-        mu = w * p + (1 - w) * q
-        y = draw(mu, sampling, None if sampling.greedy else rng.uniform(1, real[:, 0])[:, 0])
-        at = y.unsqueeze(1)
-        fields = {
-            "h_draft": h_draft.half(),
-            "h_target": h_target.half(),
-            "p_y": p.gather(1, at)[:, 0],
-            "q_y": q.gather(1, at)[:, 0],
-            "tv": total_variation(p, q),
-            "mu": mu.gather(1, at)[:, 0],
-        }
-        fields = {name: value.cpu() for name, value in fields.items()}
-        for b, (row, token) in enumerate(zip(live, y.tolist(), strict=True)):
-            tokens[row].append(token)
-            for name, value in fields.items():
-                rows[row][name].append(value[b])
-        going = ~torch.isin(y, eos)
-        if not bool(going.all()):
-            keep = going.nonzero()[:, 0]
-            live = [live[b] for b in keep.tolist()]
-            if not live:
-                break
-            for cache in caches:
-                cache.select(keep)
-            rng.select(keep)
-            y = y[keep]
-            if fixed is not None:
-                fixed = fixed[keep]
-        last = y
-    return [
-        (tokens[i], {name: torch.stack(values) for name, values in rows[i].items()})
-        for i in range(len(prompts))
-    ]
+    values = {
+        "method": "diversed" if weight is None else "static",
+        "temperature": job.temperature,
+        "num_assistant_tokens": job.draft_length,
+        "max_new_tokens": job.max_new_tokens,
+    }
+    if weight is not None:
+        values["target_weight"] = weight
+    config = DecodeConfig.from_dict(values)
+    return Decoder(target, draft, config, head=head, eos_token_ids=stop_ids, traces=True)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -203,44 +145,41 @@ def collect_traces(
     tokenizer = load_tokenizer(job.target)
     target, draft = load_pair(job.target, job.draft, job.dtype, device)
     head = load_head_for(job.head, target, draft) if job.head else None
-    sampling = Sampling(job.temperature)
     stop_ids = eos_ids(tokenizer, target)
     task = get_task(job.dataset)
     bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not progress)
-    for first in range(0, len(todo), batch_size):
-        batch = todo[first : first + batch_size]
-        index = len(manifest["sequences"])
-        seeds = [job.seed * 100_003 + index + i for i in range(len(batch))]
-        results = rollout(
-            target,
-            draft,
-            [prompt_ids(tokenizer, example.prompt, job.chat) for example, _, _ in batch],
-            head if head is not None else [weight for _, _, weight in batch],
-            sampling,
-            job.max_new_tokens,
-            stop_ids,
-            seeds,
-        )
-        for offset, ((example, name, _), (tokens, tensors)) in enumerate(zip(batch, results, strict=True)):
-            completion = tokenizer.decode(tokens, skip_special_tokens=True)
-            prediction = task.extract(completion, example.record)
-            meta = {
-                "id": f"{example.id}@{name}",
-                "example_id": example.id,
-                "behaviour": name,
-                "completion": completion,
-                "prediction": prediction,
-                "reference": example.reference,
-                "reward": task_reward(job.dataset, prediction, example),
-                "tokens": len(tokens),
-                "file": f"seq-{index + offset:05d}",
-            }
-            save_file(tensors, str(out_dir / f"{meta['file']}.safetensors.tmp"))
-            os.replace(out_dir / f"{meta['file']}.safetensors.tmp", out_dir / f"{meta['file']}.safetensors")
-            _write_atomic(out_dir / f"{meta['file']}.json", json.dumps(meta, ensure_ascii=False))
-            manifest["sequences"].append({k: meta[k] for k in ("id", "file", "reward", "tokens")})
-        _write_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=1))
-        bar.update(len(batch))
+    for name, weight in behaviours:
+        decoder = behaviour_decoder(target, draft, job, weight, head, stop_ids)
+        mine = [item for item in todo if item[1] == name]
+        for first in range(0, len(mine), batch_size):
+            batch = mine[first : first + batch_size]
+            index = len(manifest["sequences"])
+            prompts = [prompt_ids(tokenizer, example.prompt, job.chat) for example, _, _ in batch]
+            seeds = [job.seed * 100_003 + index + i for i in range(len(batch))]
+            for offset, ((example, _, _), result) in enumerate(
+                zip(batch, decoder.generate_batch(prompts, seeds=seeds), strict=True)
+            ):
+                completion = tokenizer.decode(result.token_ids, skip_special_tokens=True)
+                prediction = task.extract(completion, example.record)
+                meta = {
+                    "id": f"{example.id}@{name}",
+                    "example_id": example.id,
+                    "behaviour": name,
+                    "completion": completion,
+                    "prediction": prediction,
+                    "reference": example.reference,
+                    "reward": task_reward(job.dataset, prediction, example),
+                    "tokens": len(result.token_ids),
+                    "file": f"seq-{index + offset:05d}",
+                    "stats": result.stats.to_dict(),
+                }
+                path = out_dir / f"{meta['file']}.safetensors"
+                save_file(result.trace, str(path) + ".tmp")
+                os.replace(str(path) + ".tmp", path)
+                _write_atomic(out_dir / f"{meta['file']}.json", json.dumps(meta, ensure_ascii=False))
+                manifest["sequences"].append({k: meta[k] for k in ("id", "file", "reward", "tokens")})
+            _write_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=1))
+            bar.update(len(batch))
     bar.close()
     return out_dir
 

@@ -160,33 +160,38 @@ def test_negative_lambda_is_refused(tmp_path, capsys):
     assert "reg_lambda" in capsys.readouterr().err
 
 
-def test_batched_rollouts_equal_batch_one_and_the_teacher_forced_values(pair, tokenizer):
+def test_trace_mode_stores_the_teacher_forced_values_batched_as_at_batch_one(pair, tokenizer):
+    """Traces come from speculative sampling against mu; each stored field must equal a teacher-
+    forced recomputation on the emitted tokens, and a batch must equal its batch-1 runs."""
     from diversed.engine.rules import total_variation
-    from diversed.engine.sampling import Sampling
-    from diversed.traces import rollout
 
     target, draft = pair
     prompts = [tokenizer(p).input_ids for p in ["def f(x):", "a", "The quick brown fox"]]
-    weights, seeds, eos = [0.5, 1.0, 0.2], [3, 4, 5], {tokenizer.convert_tokens_to_ids("!")}
-    sampling = Sampling(temperature=1.0)
-    batched = rollout(target, draft, prompts, weights, sampling, 16, eos, seeds)
-    for i, (tokens, tensors) in enumerate(batched):
-        single_tokens, single = rollout(
-            target, draft, [prompts[i]], [weights[i]], sampling, 16, eos, [seeds[i]]
-        )[0]
-        assert tokens == single_tokens
-        for name, value in tensors.items():  # hidden states are stored in fp16: one rounding step
+    seeds, eos, weight = [3, 4, 5], [tokenizer.convert_tokens_to_ids("!")], 0.4
+    config = DecodeConfig.from_dict(
+        {"method": "static", "target_weight": weight, "temperature": 1.0, "num_assistant_tokens": 3}
+    )
+    decoder = Decoder(target, draft, config, eos_token_ids=eos, traces=True)
+    batched = decoder.generate_batch(prompts, 20, seeds)
+    assert any(g.finish_reason == "eos" for g in batched)  # a row ended early and left the batch
+    for prompt, seed, got in zip(prompts, seeds, batched, strict=True):
+        single = Decoder(target, draft, config, eos_token_ids=eos, traces=True).generate(prompt, 20, seed)
+        assert single.token_ids == got.token_ids
+        for name, value in got.trace.items():  # hidden states are stored in fp16: one rounding step
             tolerance = 4e-3 if value.dtype == torch.float16 else 1e-5
-            assert torch.allclose(value.float(), single[name].float(), atol=tolerance), name
-        # teacher forcing: the stored p(y), q(y), TV and mu(y) are those of the sequence's own prefixes
-        ids = torch.tensor([prompts[i] + tokens])
+            assert torch.allclose(value.float(), single.trace[name].float(), atol=tolerance), name
+        ids = torch.tensor([prompt + got.token_ids])
         with torch.no_grad():
-            p = target(ids).logits[0, len(prompts[i]) - 1 : -1].softmax(-1)
-            q = draft(ids).logits[0, len(prompts[i]) - 1 : -1].softmax(-1)
-        y = torch.tensor(tokens).unsqueeze(1)
-        assert torch.allclose(tensors["p_y"], p.gather(1, y)[:, 0], atol=1e-5)
-        assert torch.allclose(tensors["q_y"], q.gather(1, y)[:, 0], atol=1e-5)
-        assert torch.allclose(tensors["tv"], total_variation(p, q), atol=1e-5)
-        mu = weights[i] * p + (1 - weights[i]) * q
-        assert torch.allclose(tensors["mu"], mu.gather(1, y)[:, 0], atol=1e-5)
-    assert any(tokens[-1] in eos for tokens, _ in batched)  # some row ended early and left the batch
+            out_p = target(ids, output_hidden_states=True)
+            out_q = draft(ids, output_hidden_states=True)
+        span = slice(len(prompt) - 1, -1)  # the positions that predicted each emitted token
+        p, q = out_p.logits[0, span].softmax(-1), out_q.logits[0, span].softmax(-1)
+        y = torch.tensor(got.token_ids).unsqueeze(1)
+        assert len(got.trace["p_y"]) == len(got.token_ids)
+        assert torch.allclose(got.trace["p_y"], p.gather(1, y)[:, 0], atol=1e-5)
+        assert torch.allclose(got.trace["q_y"], q.gather(1, y)[:, 0], atol=1e-5)
+        assert torch.allclose(got.trace["tv"], total_variation(p, q), atol=1e-5)
+        mu = weight * p + (1 - weight) * q
+        assert torch.allclose(got.trace["mu"], mu.gather(1, y)[:, 0], atol=1e-5)
+        assert torch.allclose(got.trace["h_target"].float(), out_p.hidden_states[-1][0, span], atol=4e-3)
+        assert torch.allclose(got.trace["h_draft"].float(), out_q.hidden_states[-1][0, span], atol=4e-3)

@@ -112,3 +112,23 @@ def test_chi_square_rejects_a_wrong_rule(small_vocab_pair):
     decoder.rule = ResampleFromTarget()
     counts = empirical_counts(decoder, 8, batch=50)
     assert chi_square_p(counts, exact_two_token_distribution(*small_vocab_pair, weight=1.0)) < FAIL_P
+
+
+def test_trace_mode_samples_the_mixture_at_every_position(small_vocab_pair):
+    """Trace mode ends a fully kept block on its last draft instead of a bonus token from p, so with
+    one draft per block the second token is often a block's first draft: it must still follow v."""
+    cfg = DecodeConfig.from_dict(
+        {
+            "method": "static",
+            "target_weight": 0.3,
+            "num_assistant_tokens": 1,
+            "max_new_tokens": 2,
+            "temperature": 1.0,
+        }
+    )
+    decoder = Decoder(small_vocab_pair[0], small_vocab_pair[1], cfg, traces=True)
+    counts = empirical_counts(decoder, 8, batch=50)
+    assert chi_square_p(counts, exact_two_token_distribution(*small_vocab_pair, weight=0.3)) > PASS_P
+    bonus = Decoder(small_vocab_pair[0], small_vocab_pair[1], cfg)  # with a bonus token from p instead
+    counts = empirical_counts(bonus, 8, batch=50)
+    assert chi_square_p(counts, exact_two_token_distribution(*small_vocab_pair, weight=0.3)) < FAIL_P

@@ -22,6 +22,13 @@ Invariants, per row:
   only by the draws it really makes, so row b of a batch equals a batch-1 run with row b's seed;
 * a row that ends (EOS, stop string, budget) leaves the batch, and both caches drop it.
 
+Trace mode (``traces=True``, for head training) records, for every emitted token y, both models'
+hidden states at its position, p(y), q(y), TV(p, q) and v(y), and emits no bonus token: a row that
+kept all its drafts ends the block on its last draft, which the next block starts from. Every token
+is then a kept draft or a correction, so the sequence is an exact sample of the verification target
+v (e.g. the behaviour mixture mu = w p + (1 - w) q of ``static``), and p and q at every emitted
+position come from the block's own forwards, with no extra forward.
+
 On the device: logits, distributions, acceptance tests and residual draws stay where the models
 are; one host transfer per block brings the block's tokens (and each drafted token's q, which the
 schedules need). The one exception is the confidence stop: when a threshold is on, each draft step
@@ -34,14 +41,14 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from transformers import PreTrainedModel
 
 from diversed.config import DecodeConfig
 from diversed.engine.cache import RaggedCache
-from diversed.engine.rules import Block, make_rule, verify
+from diversed.engine.rules import Block, Position, make_rule, total_variation, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.engine.schedules import DraftSchedule, make_schedule
 from diversed.engine.stats import GenerationStats
@@ -59,6 +66,7 @@ class Generation:
     token_ids: list[int]
     finish_reason: str  # "eos", "stop" or "length"
     stats: GenerationStats
+    trace: dict[str, torch.Tensor] | None = None  # trace mode: per-token fields, see TRACE_FIELDS
 
 
 @dataclass
@@ -71,6 +79,7 @@ class _Row:
     stats: GenerationStats
     generated: list[int]
     finish: str = "length"
+    trace: list[dict[str, torch.Tensor]] = field(default_factory=list)
 
 
 @dataclass
@@ -83,6 +92,21 @@ class _Draft:
     q_logits: torch.Tensor  # [B, L, V]
     hidden: torch.Tensor | None  # [B, L, d]
     step_seconds: list[float]
+
+
+@dataclass
+class _Verified:
+    """One block's verification, on the device unless said."""
+
+    accepted: torch.Tensor  # [B] drafts kept
+    extra: torch.Tensor  # [B] correction or bonus token
+    q_drafted: torch.Tensor  # [B, L] q of each drafted token (float64)
+    seconds: float  # of the target forward
+    trace: dict[str, torch.Tensor] | None  # trace mode: TRACE_FIELDS at each position, [B, L, ...]
+
+
+# Per emitted token y: both last-layer hidden states at its position, p(y), q(y), TV(p, q), v(y).
+TRACE_FIELDS = ("h_draft", "h_target", "p_y", "q_y", "tv", "mu")
 
 
 class Decoder:
@@ -103,7 +127,10 @@ class Decoder:
         eos_token_ids: Iterable[int] = (),
         stop_strings: Iterable[str] = (),
         decode_text: Callable[[list[int]], str] | None = None,
+        traces: bool = False,
     ) -> None:
+        if traces and not config.method.speculative:
+            raise ValueError("trace mode needs a speculative method (the verification target is sampled)")
         if config.method.speculative and draft is None:
             raise ValueError(f"method {config.method.value!r} needs a draft model")
         if config.method is Method.DIVERSED and head is None:
@@ -120,6 +147,8 @@ class Decoder:
         if self.stop_strings and decode_text is None:
             raise ValueError("stop strings need a decode_text function (a tokenizer)")
         self.decode_text = decode_text
+        self.traces = traces
+        self._hidden = self.rule.needs_hidden_states or traces
         device = target.device
         self._eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
         pad = target.config.pad_token_id
@@ -169,52 +198,67 @@ class Decoder:
         start = time.perf_counter()
         while rows:
             limits = [
-                min(r.schedule.max_tokens(), r.budget - len(r.generated) - 1) if speculative else 0
+                min(r.schedule.max_tokens(), r.budget - len(r.generated) - (0 if self.traces else 1))
+                if speculative
+                else 0
                 for r in rows
             ]
             drafts = None
             if max(limits) > 0:
                 drafts = self._draft(draft_cache, pending, pending_valid, limits, rows, rng)
             width = 0 if drafts is None else drafts.tokens.shape[1]
-            accepted, extra, q_drafted, verify_seconds = self._verify(target_cache, last, drafts, rng)
-
-            # The one host transfer of the block: drafted tokens, their q, counts, extra tokens.
+            checked = self._verify(target_cache, last, drafts, rng)
+            accepted, extra = checked.accepted, checked.extra
             num_drafted = drafts.num_drafted if drafts is not None else torch.zeros_like(accepted)
+            full = (accepted == num_drafted) & (num_drafted > 0)
+            # trace mode emits no bonus token: a row that kept every draft ends on its last draft
+            on_draft = full if self.traces else torch.zeros_like(full)
+            lag = extra
+            if drafts is not None:
+                lag = drafts.tokens.gather(1, (num_drafted - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+
+            # The one host transfer of the block: counts, extra tokens, drafted tokens and their q.
             host = torch.cat(
                 [
-                    torch.stack([accepted, extra, num_drafted], dim=1).double(),
-                    drafts.tokens.double() if drafts is not None else q_drafted,
-                    q_drafted,
+                    torch.stack([accepted, extra, num_drafted, on_draft.long()], dim=1).double(),
+                    drafts.tokens.double() if drafts is not None else checked.q_drafted,
+                    checked.q_drafted,
                 ],
                 dim=1,
             ).tolist()
-            target_cache.keep_new(width + 1, torch.arange(width + 1, device=device) <= accepted.unsqueeze(1))
-            target_cache.crop_trailing(target_cache.columns - width - 1 + max(int(h[0]) for h in host))
+            in_target = accepted - on_draft.long()  # kept drafts now in the target's cache
+            target_cache.keep_new(width + 1, torch.arange(width + 1, device=device) <= in_target.unsqueeze(1))
+            kept = max(int(h[0]) - int(h[3]) for h in host)
+            target_cache.crop_trailing(target_cache.columns - width - 1 + kept)
             if drafts is not None:
                 columns = torch.arange(width + 1, device=device) - 1  # [pending0, pending1, x_1..x_{L-1}]
                 draft_cache.keep_new(width + 1, (columns <= accepted.unsqueeze(1)) | (columns < 1))
                 kept = 2 + max(min(int(h[0]), width - 1) for h in host)
                 draft_cache.crop_trailing(draft_cache.columns - width - 1 + kept - 1)
-                full = (accepted == num_drafted) & (num_drafted > 0)
-                lag = drafts.tokens.gather(1, (num_drafted - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
-                pending = torch.stack([torch.where(full, lag, self._pad), extra], dim=1)
-                pending_valid = torch.stack([full, torch.ones_like(full)], dim=1)
-            last = extra
+                last = torch.where(on_draft, lag, extra)
+                lagging = full & ~on_draft  # the last draft was never fed to the draft model
+                pending = torch.stack([torch.where(lagging, lag, self._pad), last], dim=1)
+                pending_valid = torch.stack([lagging, torch.ones_like(full)], dim=1)
+            else:
+                last = extra
+            trace = None if checked.trace is None else {k: v.cpu() for k, v in checked.trace.items()}
 
             elapsed = time.perf_counter() - start
             finished = []
             for b, (row, values) in enumerate(zip(rows, host, strict=True)):
-                n, token, drafted = int(values[0]), int(values[1]), int(values[2])
-                tokens = [int(t) for t in values[3 : 3 + drafted]]
-                probs = values[3 + width : 3 + width + drafted]
+                n, token, drafted, ends_on_draft = (int(v) for v in values[:4])
+                tokens = [int(t) for t in values[4 : 4 + drafted]]
+                probs = values[4 + width : 4 + width + drafted]
                 row.schedule.observe(probs, n)
                 row.stats.record_block(drafted, n)
                 row.stats.target_forwards += 1
                 row.stats.draft_forwards += drafted
                 if drafts is not None:
                     row.stats.draft_seconds += sum(drafts.step_seconds[:drafted])
-                row.stats.target_seconds += verify_seconds
-                new = tokens[:n] + [token]
+                row.stats.target_seconds += checked.seconds
+                new = tokens[:n] + ([] if ends_on_draft else [token])
+                if trace is not None:
+                    row.trace.append({k: v[b, : len(new)] for k, v in trace.items()})
                 row.generated.extend(new)
                 row.finish = self._finished(row.generated, len(row.generated) - len(new), row.budget)
                 if row.finish:
@@ -238,7 +282,10 @@ class Decoder:
         for row in done:
             row.stats.prefill_seconds = prefill_seconds
             row.stats.new_tokens = len(row.generated)
-            results.append(Generation(row.generated, row.finish, row.stats))
+            trace = None
+            if self.traces:  # cut like the tokens (an end token or stop string inside a block)
+                trace = {k: torch.cat([t[k] for t in row.trace])[: len(row.generated)] for k in TRACE_FIELDS}
+            results.append(Generation(row.generated, row.finish, row.stats, trace))
         return results
 
     @staticmethod
@@ -265,7 +312,7 @@ class Decoder:
         limit = torch.tensor(limits, device=device)
         threshold = torch.tensor([r.schedule.call_threshold for r in rows], device=device)
         confidence_stop = bool((threshold > 0).any()) if rows else False
-        hidden = self.rule.needs_hidden_states
+        hidden = self._hidden
         stopped = torch.zeros(len(rows), dtype=torch.bool, device=device)
         tokens, q_rows, logit_rows, hidden_rows, seconds = [], [], [], [], []
         drafted = torch.zeros(len(rows), dtype=torch.long, device=device)
@@ -301,12 +348,8 @@ class Decoder:
 
     def _verify(
         self, cache: RaggedCache, last: torch.Tensor, drafts: _Draft | None, rng: RowRandom
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
-        """One target forward over the last token and the drafts.
-
-        Returns (accepted [B], extra token [B], q of each drafted token [B, L] as float64, seconds
-        of the forward).
-        """
+    ) -> _Verified:
+        """One target forward over the last token and the drafts, and the rule's verdict."""
         device = last.device
         first = torch.ones(last.shape[0], 1, dtype=torch.bool, device=device)  # the last token: real
         if drafts is None:
@@ -316,7 +359,7 @@ class Decoder:
             ids = torch.cat([last.unsqueeze(1), drafts.tokens], dim=1)
             steps = torch.arange(width, device=device)
             valid = torch.cat([first, steps < drafts.num_drafted.unsqueeze(1)], dim=1)
-        hidden = self.rule.needs_hidden_states and width > 0
+        hidden = self._hidden and width > 0
         begin = time.perf_counter()
         logits, h_target = cache.forward(ids, valid, hidden)
         seconds = time.perf_counter() - begin
@@ -326,14 +369,38 @@ class Decoder:
             tokens = torch.zeros(last.shape[0], 0, dtype=torch.long, device=device)
             block = Block(tokens, torch.zeros_like(last), p, p[:, :0], logits, logits[:, :0])
             accepted, extra = verify(self.rule, block, self.sampling, rng)
-            return accepted, extra, tokens.double(), seconds
+            return _Verified(accepted, extra, tokens.double(), seconds, None)
         weights = None
-        if hidden:
+        if self.rule.needs_hidden_states:
             weights = self.head(drafts.hidden, h_target[:, :width]).float()
         block = Block(drafts.tokens, drafts.num_drafted, p, drafts.q, logits, drafts.q_logits, weights)
         accepted, extra = verify(self.rule, block, self.sampling, rng)
         q_drafted = drafts.q.gather(2, drafts.tokens.unsqueeze(2)).squeeze(2).double()
-        return accepted, extra, q_drafted, seconds
+        trace = self._trace(block, accepted, extra, drafts.hidden, h_target) if self.traces else None
+        return _Verified(accepted, extra, q_drafted, seconds, trace)
+
+    def _trace(
+        self,
+        block: Block,
+        accepted: torch.Tensor,
+        extra: torch.Tensor,
+        h_draft: torch.Tensor,
+        h_target: torch.Tensor,
+    ) -> dict[str, torch.Tensor]:
+        """TRACE_FIELDS at every drafted position, for the token emitted there: the kept draft
+        before the first rejection, the correction at it (positions after it are never used)."""
+        width = block.tokens.shape[1]
+        pos = Position(block.p[:, :width], block.q, block.p_logits[:, :width], block.q_logits, block.weights)
+        steps = torch.arange(width, device=accepted.device)
+        emitted = torch.where(steps < accepted.unsqueeze(1), block.tokens, extra.unsqueeze(1)).unsqueeze(2)
+        return {
+            "h_draft": h_draft.half(),
+            "h_target": h_target[:, :width].half(),
+            "p_y": pos.p.gather(2, emitted)[..., 0],
+            "q_y": pos.q.gather(2, emitted)[..., 0],
+            "tv": total_variation(pos.p, pos.q),
+            "mu": self.rule.target(pos).gather(2, emitted)[..., 0],
+        }
 
     def _finished(self, generated: list[int], first_new: int, budget: int) -> str:
         """Cut ``generated`` after an EOS or a stop string among the new tokens; '' if not done."""

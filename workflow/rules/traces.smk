@@ -18,6 +18,7 @@ rule collect_traces:
         folder="results/traces/{train_dataset}",
         flags=data_flags(),
         batch_size=HEAD["batch_size"],
+        draft_length=HEAD["draft_length"],
         src=src_hash("traces.py", "engine", "data/tasks.py"),
     threads: 2
     resources:
@@ -28,4 +29,4 @@ rule collect_traces:
         "(diversed --track collect_traces collect-traces --dataset {wildcards.train_dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " --behaviour-weights {params.weights} --target {params.target} --draft {params.draft}"
-        " --batch-size {params.batch_size} {params.flags} --quiet --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
+        " --batch-size {params.batch_size} --draft-length {params.draft_length} {params.flags} --quiet --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
