@@ -5,7 +5,7 @@ The token-by-token baseline runs one target and one draft forward per emitted to
 collect-traces did before the engine's trace mode. Reported: seconds per emitted token of each and
 the ratios. Usage (embedded pair, MBPP train prompts from $DIVERSED_DATA_DIR):
 
-    python benchmarks/traces_speed.py --prompts 4 --max-new-tokens 64 --out benchmarks/results/traces-speed.json
+    python benchmarks/traces_speed.py --prompts 4 --out benchmarks/results/traces-speed.json
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def main() -> None:
     start = time.perf_counter()
     tokens = sum(
         token_by_token(target, draft, p, args.weight, args.max_new_tokens, eos, s)
-        for p, s in zip(prompts, seeds)
+        for p, s in zip(prompts, seeds, strict=True)
     )
     result["token_by_token"] = {"tokens": tokens, "seconds": time.perf_counter() - start}
     for batch in (1, args.batch_size):
