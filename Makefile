@@ -11,7 +11,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 DIVERSED_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data)))
 export DIVERSED_DATA_DIR
 
-.PHONY: test reproduce models lint bench clean
+.PHONY: test reproduce models lint bench bench-qwen clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -43,7 +43,13 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	mkdir -p benchmarks/results
-	$(BIN)/diversed bench --out benchmarks/results/bench-tiny.json
+	$(BIN)/diversed bench --batch-sizes 1 2 4 8 --out benchmarks/results/bench-tiny.json
+
+# The embedded pair, greedy, k = 4, HumanEval prompts (about an hour on 2 cores; see benchmarks/README.md).
+bench-qwen: models
+	$(BIN)/diversed bench --target embedded:qwen2.5-coder-1.5b --draft embedded:qwen2.5-coder-0.5b \
+		--dataset humaneval --n-prompts 4 --max-new-tokens 64 --num-assistant-tokens 4 \
+		--batch-sizes 1 2 4 --repeats 3 --out benchmarks/results/bench-qwen-batched.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .snakemake
