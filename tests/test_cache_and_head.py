@@ -79,7 +79,8 @@ def test_constant_head_reproduces_static(pair, tokenizer, temperature, weight):
     a, b = static.generate(prompt), dynamic.generate(prompt)
     assert a.token_ids == b.token_ids
     assert a.stats.accepted == b.stats.accepted and a.stats.drafted == b.stats.drafted
-    assert head.calls == b.stats.blocks
+    # one head call per block that drafted: all but a last block left with a one-token budget
+    assert b.stats.blocks - 1 <= head.calls <= b.stats.blocks
 
 
 def test_diversed_without_head_is_an_error(pair):

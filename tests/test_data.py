@@ -144,6 +144,18 @@ def test_wmt_is_english_to_german():
 
 
 @needs_shared
-def test_xsum_needs_its_train_split_for_the_two_shots():
-    with pytest.raises(DataError, match="xsum/train.jsonl"):
-        load_examples("xsum", n=1, directory=SHARED, allow_hub=False)
+def test_xsum_two_shots_are_the_first_two_train_records():
+    import json
+
+    lines = (Path(SHARED) / "xsum" / "train.jsonl").read_text().splitlines()
+    shots = [json.loads(line) for line in lines[:2]]
+    example = load_examples("xsum", n=1, directory=SHARED, allow_hub=False)[0]
+    for shot in shots:
+        assert f"Summary: {shot['summary']}" in example.prompt
+    assert example.record["id"] not in {shot["id"] for shot in shots}
+
+
+@needs_shared
+def test_cnndm_one_shot_is_the_radcliffe_article():
+    example = load_examples("cnndm", n=1, directory=SHARED, allow_hub=False)[0]
+    assert "Radcliffe" in example.prompt

@@ -118,7 +118,7 @@ class CNNDM(Task):
     metric = "rouge"
     stop_strings = ("\n\nArticle:",)
     fewshot_split = "train"
-    SHOT_ID = "42c027e4ff9730fbb3de84c1af0d2c506e8cd5e4"  # the Daniel Radcliffe article, as the paper
+    SHOT_ID = "42c027e4ff9730fbb3de84c1af0d2c506e41c3e4"  # the Daniel Radcliffe article, as the paper
 
     def example_id(self, record: Record, index: int) -> str:
         return str(record.get("id", index))
