@@ -40,6 +40,10 @@ DEFAULT_PROMPTS = [
     "The quick brown fox jumps over the lazy dog. ",
     "Question: What is 12 times 7?\nAnswer: ",
     "import os\nimport sys\n\ndef main():\n",
+    "class Stack:\n    def __init__(self):\n",
+    "Once upon a time, ",
+    "SELECT name FROM users WHERE ",
+    "for i in range(10):\n    ",
 ]
 
 Runner = Callable[[list[list[int]]], list[list[int]]]
@@ -177,6 +181,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         use_onednn_linear(target)
         use_onednn_linear(draft)
     prompts, prompt_source = _prompts(args, tokenizer)
+    if max(args.batch_sizes) > len(prompts):
+        raise ValueError(f"batch size {max(args.batch_sizes)} is larger than the {len(prompts)} prompts")
     systems = _systems(target, draft, tokenizer, args)
     plan = [(name, b) for b in args.batch_sizes for name in systems if name != "hf_assisted" or b == 1]
     outputs: dict[str, list[list[int]]] = {}
