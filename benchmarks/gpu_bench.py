@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from diversed import DecodeConfig, Decoder
-from diversed.engine.cache import RaggedCache
+from diversed import DecodeConfig, Decoder, bench
 
 SHAPES = {
     "paper": {
@@ -50,34 +48,13 @@ def build(shape: dict, common: dict, device: str, dtype: torch.dtype, seed: int)
     return model.eval()
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-
-
-def step_seconds(model, tokens: int, context: int, device: str, repeats: int = 5) -> float:
-    """Median time of one forward of ``tokens`` new tokens on top of ``context`` cached ones."""
-    times = []
-    with torch.inference_mode():
-        for _ in range(repeats + 1):
-            cache = RaggedCache(model, 1)
-            cache.prefill([list(range(3, 3 + context))])
-            ids = torch.full((1, tokens), 7, device=device)
-            sync(device)
-            start = time.perf_counter()
-            cache.forward(ids, torch.ones_like(ids, dtype=torch.bool))
-            sync(device)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])
-
-
 def tokens_per_second(run, prompts: list[list[int]], batch: int, device: str) -> tuple[float, list]:
-    sync(device)
+    bench.sync(torch.device(device))
     start = time.perf_counter()
     outputs = []
     for i in range(0, len(prompts), batch):
         outputs += run(prompts[i : i + batch])
-    sync(device)
+    bench.sync(torch.device(device))
     return sum(len(o) for o in outputs) / (time.perf_counter() - start), outputs
 
 
@@ -98,8 +75,9 @@ def main(argv: list[str] | None = None) -> dict:
     draft = build(spec["draft"], spec["common"], args.device, dtype, seed=1)
     weight_bytes = sum(p.numel() * p.element_size() for p in target.parameters())
     floor = weight_bytes / args.bandwidth
-    one = step_seconds(target, 1, 256, args.device)
-    verify = step_seconds(target, args.k + 1, 256, args.device)
+    context = list(range(3, 3 + 256))
+    one = bench.step_seconds(target, context, 1)
+    verify = bench.step_seconds(target, context, args.k + 1)
     generator = torch.Generator().manual_seed(0)
     vocab = spec["common"]["vocab_size"]
     prompts = [
@@ -110,9 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
         {"method": "sd", "num_assistant_tokens": args.k, "max_new_tokens": args.new_tokens}
     )
     ours = Decoder(target, draft, config)
-    draft.generation_config.num_assistant_tokens = args.k
-    draft.generation_config.num_assistant_tokens_schedule = "constant"
-    draft.generation_config.assistant_confidence_threshold = 0.0
+    bench.configure_assistant(draft, args.k)
 
     def hf_assisted(batch):
         ids = torch.tensor(batch, device=args.device)

@@ -78,6 +78,12 @@ def _prompts(args: argparse.Namespace, tokenizer) -> tuple[list[list[int]], str]
     return [tokenizer(p).input_ids for p in DEFAULT_PROMPTS], "built-in"
 
 
+def sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so wall-clock times cover it (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def step_seconds(model, prompt: list[int], new_tokens: int, rows: int = 1, repeats: int = 5) -> float:
     """Median time of one forward over ``new_tokens`` tokens per row on top of a cached prompt."""
     with torch.inference_mode():
@@ -87,10 +93,19 @@ def step_seconds(model, prompt: list[int], new_tokens: int, rows: int = 1, repea
             ids = torch.tensor([prompt] * rows, device=model.device)
             cache.forward(ids, torch.ones_like(ids, dtype=torch.bool), logits_to_keep=1)
             step = torch.tensor([[prompt[-1]] * new_tokens] * rows, device=model.device)
+            sync(model.device)
             start = time.perf_counter()
             cache.forward(step, torch.ones_like(step, dtype=torch.bool))
+            sync(model.device)
             times.append(time.perf_counter() - start)
     return statistics.median(times[1:])  # the first one warms up
+
+
+def configure_assistant(draft, k: int) -> None:
+    """HF assisted generation with a constant draft length k and no confidence stop, as ours."""
+    draft.generation_config.num_assistant_tokens = k
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
 
 
 def read_bandwidth(gib: float = 2.0, repeats: int = 5) -> float:
@@ -132,9 +147,7 @@ def _systems(target, draft, tokenizer, args: argparse.Namespace) -> dict[str, Ru
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     eos_ids = [eos] if eos is not None else []
-    draft.generation_config.num_assistant_tokens = k
-    draft.generation_config.num_assistant_tokens_schedule = "constant"
-    draft.generation_config.assistant_confidence_threshold = 0.0
+    configure_assistant(draft, k)
     hf_kwargs = {"do_sample": False, "max_new_tokens": budget, "eos_token_id": eos, "pad_token_id": pad}
 
     def ours(method: str) -> Runner:

@@ -8,9 +8,20 @@ import pytest
 import torch
 
 from diversed import DecodeConfig, Decoder
-from diversed.engine.cache import RaggedCache, left_pad
+from diversed.engine.cache import RaggedCache
 from diversed.engine.schedules import DraftSchedule, make_schedule
 from diversed.methods import Schedule
+
+
+def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids [B, max len] and their validity mask."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    valid = torch.zeros(len(prompts), width, dtype=torch.bool)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt)
+        valid[row, width - len(prompt) :] = True
+    return ids, valid
 
 
 def fresh_logits(model, ids: list[int]) -> torch.Tensor:
@@ -38,7 +49,7 @@ def test_padded_batch_with_holes_equals_batch_one_forwards(pair, attention):
     model = copy.deepcopy(pair[0])
     model.set_attn_implementation(attention)
     prompts = [[5, 9, 13, 2, 40, 41, 42], [7], [11, 12, 60, 61]]
-    ids, valid = left_pad(prompts, 0, model.device)
+    ids, valid = left_pad(prompts, 0)
     cache = RaggedCache(model, 3)
     with torch.no_grad():
         logits, _ = cache.forward(ids, valid)

@@ -111,7 +111,7 @@ def test_monte_carlo_acceptance_through_verify():
         p_logits=p.log().expand(draws, 2, -1),
         q_logits=q.log().expand(draws, 1, -1),
     )
-    accepted, extra = verify(rule, block, SAMPLING, RowRandom(list(range(draws))))
+    accepted, extra, _ = verify(rule, block, SAMPLING, RowRandom(list(range(draws))))
     beta = 1 - weight * float(total_variation(p, q))
     sigma = (beta * (1 - beta) / draws) ** 0.5
     assert abs(float(accepted.double().mean()) - beta) < 4 * sigma

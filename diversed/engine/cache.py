@@ -121,15 +121,3 @@ class RaggedCache:
         """Keep only ``rows`` (indices into the batch)."""
         self.cache.batch_select_indices(rows)
         self.valid, self.lengths = self.valid[rows], self.lengths[rows]
-
-
-def left_pad(prompts: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids [B, max len] and their validity mask."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    valid = torch.zeros(len(prompts), width, dtype=torch.bool)
-    for row, prompt in enumerate(prompts):
-        if prompt:
-            ids[row, width - len(prompt) :] = torch.tensor(prompt)
-            valid[row, width - len(prompt) :] = True
-    return ids.to(device), valid.to(device)

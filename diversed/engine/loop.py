@@ -48,7 +48,7 @@ from transformers import PreTrainedModel
 
 from diversed.config import DecodeConfig
 from diversed.engine.cache import RaggedCache
-from diversed.engine.rules import Block, Position, make_rule, total_variation, verify
+from diversed.engine.rules import Block, make_rule, total_variation, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.engine.schedules import DraftSchedule, make_schedule
 from diversed.engine.stats import GenerationStats
@@ -209,19 +209,20 @@ class Decoder:
             width = 0 if drafts is None else drafts.tokens.shape[1]
             checked = self._verify(target_cache, last, drafts, rng)
             accepted, extra = checked.accepted, checked.extra
-            num_drafted = drafts.num_drafted if drafts is not None else torch.zeros_like(accepted)
+            if drafts is None:
+                tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=device)
+                num_drafted = torch.zeros_like(accepted)
+            else:
+                tokens, num_drafted = drafts.tokens, drafts.num_drafted
             full = (accepted == num_drafted) & (num_drafted > 0)
             # trace mode emits no bonus token: a row that kept every draft ends on its last draft
             on_draft = full if self.traces else torch.zeros_like(full)
-            lag = extra
-            if drafts is not None:
-                lag = drafts.tokens.gather(1, (num_drafted - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
 
             # The one host transfer of the block: counts, extra tokens, drafted tokens and their q.
             host = torch.cat(
                 [
                     torch.stack([accepted, extra, num_drafted, on_draft.long()], dim=1).double(),
-                    drafts.tokens.double() if drafts is not None else checked.q_drafted,
+                    tokens.double(),
                     checked.q_drafted,
                 ],
                 dim=1,
@@ -235,6 +236,7 @@ class Decoder:
                 draft_cache.keep_new(width + 1, (columns <= accepted.unsqueeze(1)) | (columns < 1))
                 kept = 2 + max(min(int(h[0]), width - 1) for h in host)
                 draft_cache.crop_trailing(draft_cache.columns - width - 1 + kept - 1)
+                lag = tokens.gather(1, (num_drafted - 1).clamp_min(0).unsqueeze(1)).squeeze(1)  # last draft
                 last = torch.where(on_draft, lag, extra)
                 lagging = full & ~on_draft  # the last draft was never fed to the draft model
                 pending = torch.stack([torch.where(lagging, lag, self._pad), last], dim=1)
@@ -310,8 +312,9 @@ class Decoder:
         """Draw up to ``limits[b]`` draft tokens per row, with the q rows they were drawn from."""
         device = pending.device
         limit = torch.tensor(limits, device=device)
-        threshold = torch.tensor([r.schedule.call_threshold for r in rows], device=device)
-        confidence_stop = bool((threshold > 0).any()) if rows else False
+        thresholds = [r.schedule.call_threshold for r in rows]
+        threshold = torch.tensor(thresholds, device=device)
+        confidence_stop = any(t > 0 for t in thresholds)
         hidden = self._hidden
         stopped = torch.zeros(len(rows), dtype=torch.bool, device=device)
         tokens, q_rows, logit_rows, hidden_rows, seconds = [], [], [], [], []
@@ -368,20 +371,21 @@ class Decoder:
         if drafts is None:
             tokens = torch.zeros(last.shape[0], 0, dtype=torch.long, device=device)
             block = Block(tokens, torch.zeros_like(last), p, p[:, :0], logits, logits[:, :0])
-            accepted, extra = verify(self.rule, block, self.sampling, rng)
+            accepted, extra, _ = verify(self.rule, block, self.sampling, rng)
             return _Verified(accepted, extra, tokens.double(), seconds, None)
         weights = None
         if self.rule.needs_hidden_states:
             weights = self.head(drafts.hidden, h_target[:, :width]).float()
         block = Block(drafts.tokens, drafts.num_drafted, p, drafts.q, logits, drafts.q_logits, weights)
-        accepted, extra = verify(self.rule, block, self.sampling, rng)
+        accepted, extra, v = verify(self.rule, block, self.sampling, rng)
         q_drafted = drafts.q.gather(2, drafts.tokens.unsqueeze(2)).squeeze(2).double()
-        trace = self._trace(block, accepted, extra, drafts.hidden, h_target) if self.traces else None
+        trace = self._trace(block, v, accepted, extra, drafts.hidden, h_target) if self.traces else None
         return _Verified(accepted, extra, q_drafted, seconds, trace)
 
     def _trace(
         self,
         block: Block,
+        v: torch.Tensor,
         accepted: torch.Tensor,
         extra: torch.Tensor,
         h_draft: torch.Tensor,
@@ -390,16 +394,16 @@ class Decoder:
         """TRACE_FIELDS at every drafted position, for the token emitted there: the kept draft
         before the first rejection, the correction at it (positions after it are never used)."""
         width = block.tokens.shape[1]
-        pos = Position(block.p[:, :width], block.q, block.p_logits[:, :width], block.q_logits, block.weights)
+        p = block.p[:, :width]
         steps = torch.arange(width, device=accepted.device)
         emitted = torch.where(steps < accepted.unsqueeze(1), block.tokens, extra.unsqueeze(1)).unsqueeze(2)
         return {
             "h_draft": h_draft.half(),
             "h_target": h_target[:, :width].half(),
-            "p_y": pos.p.gather(2, emitted)[..., 0],
-            "q_y": pos.q.gather(2, emitted)[..., 0],
-            "tv": total_variation(pos.p, pos.q),
-            "mu": self.rule.target(pos).gather(2, emitted)[..., 0],
+            "p_y": p.gather(2, emitted)[..., 0],
+            "q_y": block.q.gather(2, emitted)[..., 0],
+            "tv": total_variation(p, block.q),
+            "mu": v.gather(2, emitted)[..., 0],
         }
 
     def _finished(self, generated: list[int], first_new: int, budget: int) -> str:

@@ -187,8 +187,9 @@ def _row(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def verify(
     rule: Rule, block: Block, sampling: Sampling, rng: RowRandom | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Accept a prefix of each row's drafts; return (accepted [B], the one extra token [B]).
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Accept a prefix of each row's drafts; return (accepted [B], the one extra token [B], the
+    verification target v [B, L, V] it used, which trace mode records).
 
     The extra token is the correction after the first rejection, or a bonus token drawn from the
     target (never mixed) when every drafted token was kept. Each row consumes ``num_drafted``
@@ -197,7 +198,8 @@ def verify(
     length = block.tokens.shape[1]
     u = None if sampling.greedy else rng.uniform(1, torch.ones_like(block.num_drafted))
     if length == 0:  # nothing drafted in any row (autoregressive, or a one-token budget)
-        return block.num_drafted, draw(block.p[:, 0], sampling, None if u is None else u[:, 0])
+        extra = draw(block.p[:, 0], sampling, None if u is None else u[:, 0])
+        return block.num_drafted, extra, block.p[:, :0]
     drafted = torch.arange(length, device=block.tokens.device) < block.num_drafted.unsqueeze(1)
     pos = Position(block.p[:, :-1], block.q, block.p_logits[:, :-1], block.q_logits, block.weights)
     v = rule.target(pos)
@@ -212,10 +214,10 @@ def verify(
     p_next = _row(block.p, accepted)
     at = accepted.clamp_max(length - 1)
     if sampling.greedy:
-        return accepted, torch.where(bonus, p_next.argmax(-1), _row(best, at))
+        return accepted, torch.where(bonus, p_next.argmax(-1), _row(best, at)), v
     here = Position(_row(pos.p, at), _row(pos.q, at), _row(pos.p_logits, at), _row(pos.q_logits, at))
     if pos.weights is not None:
         here.weights = _row(pos.weights, at)
     correction = rule.residual(here, _row(v, at))
     dist = torch.where(bonus.unsqueeze(-1), p_next, correction)
-    return accepted, draw(dist, sampling, u[:, 0])
+    return accepted, draw(dist, sampling, u[:, 0]), v
