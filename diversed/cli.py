@@ -557,6 +557,9 @@ def run_tracked(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Huge pages for torch's large CPU allocations (read when torch first allocates, so before any
+    # import of it): packing a model's weights is bound by page faults (diversed.engine.cpu).
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     parser = build_parser()
     args = parser.parse_args(argv)
     args.tracker = None

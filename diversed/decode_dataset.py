@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +151,8 @@ def run_decode(
         job.target, draft_name, job.dtype, device, attn_implementation=attn_implementation
     )
     head = load_head_for(job.head, target, draft) if job.head else None
+    if progress:
+        print(f"{job.dataset} {job.config.method.value}: {_readiness()}", file=sys.stderr)
     task = get_task(job.dataset)
     decoder = Decoder(
         target,
@@ -204,6 +208,19 @@ def run_decode(
             bar.update(len(batch))
     bar.close()
     return path
+
+
+def _readiness() -> str:
+    """Seconds since this process started and its peak resident memory so far (Linux), so a job's
+    log says how long it took to be ready to decode and what loading cost in memory."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        since_start = f"ready to decode {uptime - start_ticks / os.sysconf('SC_CLK_TCK'):.1f} s after start"
+    except (OSError, ValueError, IndexError):
+        since_start = "ready to decode"
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return f"{since_start}, peak resident memory {peak_kib / 2**20:.1f} GiB"
 
 
 def plan_batches(

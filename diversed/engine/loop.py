@@ -42,9 +42,9 @@ import copy
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import PreTrainedModel
 
 from diversed.config import DecodeConfig
 from diversed.engine.cache import RaggedCache
@@ -53,6 +53,9 @@ from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.engine.schedules import DraftSchedule, make_schedule
 from diversed.engine.stats import GenerationStats
 from diversed.methods import Method
+
+if TYPE_CHECKING:  # importing transformers' modeling code costs seconds; loading a model pays it
+    from transformers import PreTrainedModel
 
 # A head maps the draft's and the target's last-layer hidden states of the drafted positions,
 # [..., d_draft] and [..., d_target], to target weights w in [0, 1] of shape [...].

@@ -19,7 +19,6 @@ threshold minimising FPR + 3 FNR. As in HF, the new value applies from the next 
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import roc_curve
 
 from diversed.methods import Schedule
 
@@ -69,6 +68,8 @@ class DraftSchedule:
             self._matches.append(0)
         del self._probs[len(self._matches) :]
         if len(self._probs) >= MIN_ROC_RECORDS and {0, 1} <= set(self._matches):
+            from sklearn.metrics import roc_curve  # here, not at the top: 1 s of import for one schedule
+
             fpr, tpr, thresholds = roc_curve(self._matches, self._probs)
             costs = fpr + 3.0 * (1.0 - tpr)
             # sklearn's first threshold is +inf ("never accept"); a probability threshold of 1

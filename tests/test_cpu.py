@@ -1,0 +1,70 @@
+"""oneDNN pre-packed linears: same logits as ``F.linear``, dense weights released, nothing corrupted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from diversed.engine.cpu import _file_mappings, available, use_onednn_linear
+from diversed.tiny import tiny_model, write_tiny_pair
+
+pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN linear kernels")
+IDS = torch.tensor([[5, 17, 3, 42, 8, 23]])
+
+
+def logits(model) -> torch.Tensor:
+    with torch.no_grad():
+        return model(IDS).logits
+
+
+def test_packed_model_gives_the_same_logits_and_drops_dense_weights():
+    model = tiny_model(vocab_size=64, hidden=64, layers=2)
+    reference = logits(model)
+    linears = sum(type(m) is torch.nn.Linear for m in model.modules())
+    assert use_onednn_linear(model) == linears
+    torch.testing.assert_close(logits(model), reference, rtol=1e-4, atol=1e-5)
+    down = model.model.layers[0].mlp.down_proj
+    assert down.weight.device.type == "meta" and down.packed_weight is not None
+
+
+def test_packing_one_model_leaves_a_model_that_shares_its_memory_intact():
+    """Anonymous memory is never dropped: a model reading the same storage still computes right."""
+    target = tiny_model(vocab_size=64, hidden=64, layers=2)
+    twin = tiny_model(vocab_size=64, hidden=64, layers=2)
+    for mine, theirs in zip(target.parameters(), twin.parameters(), strict=True):
+        theirs.data = mine.data  # same storage, as a draft cut from its target can have
+    reference = logits(target)
+    use_onednn_linear(twin)
+    torch.testing.assert_close(logits(target), reference)
+
+
+def mapping_rss_kib(address: int) -> int:
+    """Resident KiB of the mapping of this process that holds ``address`` (``/proc/self/smaps``)."""
+    inside = False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "Rss:":
+                return int(line.split()[1])
+    raise LookupError(f"no mapping holds {address:#x}")
+
+
+def test_memory_mapped_weights_leave_the_resident_set_and_stay_correct(tmp_path):
+    """A model loaded from safetensors reads its weights from a file mapping; once packed, those
+    pages are dropped from the process, and another model mapping the same file still reads them."""
+    path, _ = write_tiny_pair(tmp_path, hidden=512, target_layers=2)
+    first = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    second = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    reference = logits(second)
+    start = first.model.layers[0].mlp.down_proj.weight.data_ptr()
+    assert any(lo <= start < hi for lo, hi in _file_mappings()), "from_pretrained no longer memory-maps"
+    logits(first)  # every weight page is now resident
+    resident = mapping_rss_kib(start)
+    use_onednn_linear(first)
+    assert mapping_rss_kib(start) < resident / 2  # the linears are most of the file
+    torch.testing.assert_close(logits(first), reference, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(logits(second), reference)
