@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CONSTRAINTS ?= constraints/cpu.txt
 # Jobs of the workflow call `diversed` and `snakemake` from the venv.
 export PATH := $(abspath $(BIN)):$(PATH)
 export MLFLOW_DISABLE_TELEMETRY := true
@@ -13,12 +14,13 @@ export DIVERSED_DATA_DIR
 
 .PHONY: test reproduce models lint bench bench-qwen clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch first, pinned, so nothing can pull a multi-GB CUDA build instead of the CPU wheel.
-	$(BIN)/pip install --quiet "torch==2.13.0"
-	$(BIN)/pip install --quiet -e ".[dev]"
+	# torch first, pinned by the constraints file, so nothing can pull a multi-GB CUDA build instead
+	# of the CPU wheel; on a GPU machine: make CONSTRAINTS=/dev/null (or pip install -e . yourself).
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) torch
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e ".[dev]"
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -48,7 +50,7 @@ bench: $(STAMP)
 # The embedded pair, greedy, k = 4, HumanEval prompts (about an hour on 2 cores; see benchmarks/README.md).
 bench-qwen: models
 	$(BIN)/diversed bench --target embedded:qwen2.5-coder-1.5b --draft embedded:qwen2.5-coder-0.5b \
-		--dataset humaneval --n-prompts 4 --max-new-tokens 64 --num-assistant-tokens 4 \
+		--dataset humaneval --n-prompts 4 --max-new-tokens 128 --num-assistant-tokens 4 \
 		--batch-sizes 1 2 4 --repeats 3 --out benchmarks/results/bench-qwen-batched.json
 
 clean:

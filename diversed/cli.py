@@ -208,7 +208,8 @@ def cmd_decode(args: argparse.Namespace) -> int:
 def cmd_score(args: argparse.Namespace) -> int:
     from diversed.score import score_file
 
-    result = score_file(args.dataset, args.input, args.out, args.data_dir, not args.no_hub)
+    strict = args.sandbox == "strict"
+    result = score_file(args.dataset, args.input, args.out, args.data_dir, not args.no_hub, strict)
     shown = {k: v for k, v in result.items() if k not in ("settings", "per_example")}
     print(json.dumps(shown, indent=2))
     return 0
@@ -409,6 +410,13 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--dataset", required=True, help="the dataset the file was decoded from")
     score.add_argument("--in", dest="input", required=True, help="decode JSONL file")
     score.add_argument("--out", required=True, help="metrics JSON file to write")
+    score.add_argument(
+        "--sandbox",
+        choices=("best-effort", "strict"),
+        default="best-effort",
+        help="generated code: run with whatever containment this machine gives and say what is "
+        "missing (default), or refuse to run it unless every fence holds",
+    )
     add_data_flags(score)
     score.set_defaults(func=cmd_score)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +54,17 @@ def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
 
 
 def quality(
-    dataset: str, records: list[dict[str, Any]], data_dir: str | Path | None = None, allow_hub: bool = True
+    dataset: str,
+    records: list[dict[str, Any]],
+    data_dir: str | Path | None = None,
+    allow_hub: bool = True,
+    strict_sandbox: bool = False,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The task's metrics, and per-example outcomes (pass/fail reasons for code)."""
+    """The task's metrics, and per-example outcomes (pass/fail reasons for code).
+
+    Generated code runs in :mod:`diversed.sandbox`; what it cannot enforce on this machine is
+    printed once, and ``strict_sandbox`` refuses to run the code instead (``SandboxError``).
+    """
     task = get_task(dataset)
     predictions = [r["prediction"] for r in records]
     references = [r["reference"] for r in records]
@@ -72,7 +81,9 @@ def quality(
     for r in records:
         if r["id"] not in by_id:
             raise DataError(f"{dataset}/{split} has no example {r['id']!r} to test the prediction against")
-        result = run_program(task.program(r["prediction"], by_id[r["id"]]))
+        result = run_program(task.program(r["prediction"], by_id[r["id"]]), strict=strict_sandbox)
+        if result.missing and not outcomes:
+            print("sandbox: not enforced on this machine: " + "; ".join(result.missing), file=sys.stderr)
         outcomes.append(
             {"id": r["id"], "passed": result.passed, "status": result.status, "reason": result.reason}
         )
@@ -85,9 +96,10 @@ def score_file(
     out: str | Path,
     data_dir: str | Path | None = None,
     allow_hub: bool = True,
+    strict_sandbox: bool = False,
 ) -> dict[str, Any]:
     records = read_records(path)
-    metrics, outcomes = quality(dataset, records, data_dir, allow_hub)
+    metrics, outcomes = quality(dataset, records, data_dir, allow_hub, strict_sandbox)
     result = {
         "dataset": dataset,
         "method": records[0]["method"],

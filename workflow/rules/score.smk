@@ -7,8 +7,8 @@ rule score:
     output:
         "results/scores/{dataset}/{setting}.json",
     params:
-        flags=data_flags(),
-        src=src_hash("score.py", "metrics.py", "sandbox.py"),
+        flags=data_flags() + f" --sandbox {config['score']['sandbox']}",
+        src=src_hash("score.py", "metrics.py", "sandbox"),
     log:
         "results/logs/score/{dataset}/{setting}.log",
     shell:
