@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.metadata as metadata
 import os
 import platform
+from pathlib import Path
 
 PACKAGES = (
     "torch",
@@ -25,6 +26,15 @@ PACKAGES = (
 def _line(ok: bool, what: str, detail: str, fix: str = "") -> bool:
     print(f"[{'ok' if ok else '!!'}] {what:<28} {detail}" + (f"\n     fix: {fix}" if not ok and fix else ""))
     return ok
+
+
+def _splits(folder: Path) -> list[str]:
+    """Each local split of a dataset folder with its record count, e.g. 'test 1319'."""
+    splits = []
+    for path in sorted(folder.glob("*.jsonl")):
+        with path.open("rb") as handle:
+            splits.append(f"{path.stem} {sum(1 for line in handle if line.strip())}")
+    return splits
 
 
 def run_doctor(data_dir: str | None = None) -> int:
@@ -76,6 +86,8 @@ def run_doctor(data_dir: str | None = None) -> int:
     for task in TASKS:
         where = resolve(task, directory=data_dir)
         fix = f"place {task}/test.jsonl (and its few-shot split) under the data folder, or allow the hub"
+        if where == "local" and folder is not None:
+            where += ": " + ", ".join(_splits(folder / task))
         _line(where != "missing", f"dataset {task}", where, fix)
     from diversed.tracking import tracking_uri
 

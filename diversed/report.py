@@ -39,6 +39,9 @@ def setting_label(s: dict[str, Any]) -> str:
         if s.get("schedule", "constant") != "constant":
             parts.append(s["schedule"])
     parts.append(f"T={s['temperature']:g}")
+    head = Path(s["head"]).name if s.get("head") else None
+    if head and head != s.get("dataset"):
+        parts.append(f"(head: {head.replace('.', '/')})")  # a head trained on another task or split
     return " ".join(parts)
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from diversed.data import DataError, get_task, load_examples
-from diversed.data.tasks import CNNDM, normalise_number
+from diversed.data import DataError, get_task, load_examples, resolve
+from diversed.data.tasks import CNNDM, TASKS, normalise_number
 
 SHARED = os.environ.get("DIVERSED_DATA_DIR")
 needs_shared = pytest.mark.skipif(
@@ -159,3 +159,38 @@ def test_xsum_two_shots_are_the_first_two_train_records():
 def test_cnndm_one_shot_is_the_radcliffe_article():
     example = load_examples("cnndm", n=1, directory=SHARED, allow_hub=False)[0]
     assert "Radcliffe" in example.prompt
+
+
+@needs_shared
+@pytest.mark.parametrize(("dataset", "split"), [(d, "test") for d in sorted(TASKS)] + [("wmt", "validation")])
+def test_every_local_split_loads_offline(dataset, split):
+    assert resolve(dataset, split, SHARED, allow_hub=False) in {"local", "package"}
+    examples = load_examples(dataset, split, n=2, directory=SHARED, allow_hub=False)
+    assert len(examples) == 2 and all(e.prompt and e.reference for e in examples)
+
+
+def test_a_split_smaller_than_asked_says_so_and_is_not_padded(cnndm_dir, capsys):
+    examples = load_examples("cnndm", n=50, directory=cnndm_dir, allow_hub=False)
+    held = len((cnndm_dir / "cnndm" / "test.jsonl").read_text().splitlines())
+    assert len(examples) == held < 50
+    err = capsys.readouterr().err
+    assert err.count("fewer than the 50 asked for") == 1 and "cnndm/test" in err
+
+
+def test_tables_label_a_head_trained_on_another_task():
+    from diversed.report import setting_label
+
+    base = {"method": "diversed", "num_assistant_tokens": 4, "temperature": 1.0, "dataset": "humaneval"}
+    assert setting_label({**base, "head": "results/heads/mbpp"}).endswith("(head: mbpp)")
+    assert setting_label({**base, "head": "results/heads/humaneval"}) == "diversed k=4 T=1"
+    wmt = {**base, "dataset": "wmt", "head": "results/heads/wmt.validation"}
+    assert setting_label(wmt).endswith("(head: wmt/validation)")
+
+
+def test_doctor_reports_each_local_split_it_finds(cnndm_dir, capsys):
+    from diversed.doctor import run_doctor
+
+    run_doctor(str(cnndm_dir))
+    line = next(x for x in capsys.readouterr().out.splitlines() if "dataset cnndm" in x)
+    held = {s: len((cnndm_dir / "cnndm" / f"{s}.jsonl").read_text().splitlines()) for s in ("test", "train")}
+    assert line.endswith(f"local: test {held['test']}, train {held['train']}")

@@ -7,6 +7,7 @@ first n, so it is the same on every machine and run.
 from __future__ import annotations
 
 import random
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,12 @@ def load_examples(
         shots = task.select_shots(shot_records)
         if split == task.fewshot_split:  # e.g. traces on GSM8K train: never prompt with an example itself
             records = [r for r in records if not any(r is s for s in shots)]
+    if n is not None and n > len(records):
+        print(
+            f"{task.name}/{split} holds {len(records)} usable examples, fewer than the {n} asked for: "
+            f"using those {len(records)} (nothing is padded in from other data)",
+            file=sys.stderr,
+        )
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
     chosen = order if n is None else order[:n]

@@ -54,13 +54,20 @@ SETTINGS = expand(
 
 
 def head_dataset(dataset):
-    """The dataset whose train split trains the head used on ``dataset`` (HumanEval has no train split)."""
+    """The traces that train the head used on ``dataset``: "name" (its ``head.split``) or
+    "name.split", e.g. HumanEval's head learns on "mbpp" (it has no train split of its own)."""
     return HEAD["train_dataset"].get(dataset, dataset)
 
 
+def head_source(source):
+    """(dataset, split) of a head's training source "name" or "name.split"."""
+    name, _, split = source.partition(".")
+    return name, split or HEAD["split"]
+
+
 def head_available(dataset):
-    train = head_dataset(dataset)
-    return HEAD["enabled"] and resolve(train, HEAD["split"], DATA["dir"], DATA["allow_hub"]) != "missing"
+    name, split = head_source(head_dataset(dataset))
+    return HEAD["enabled"] and resolve(name, split, DATA["dir"], DATA["allow_hub"]) != "missing"
 
 
 def decode_targets():

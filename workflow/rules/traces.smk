@@ -11,7 +11,8 @@ rule collect_traces:
         target=MODELS["target"],
         draft=MODELS["draft"],
         n=HEAD["n_examples"],
-        split=HEAD["split"],
+        dataset=lambda w: head_source(w.train_dataset)[0],
+        split=lambda w: head_source(w.train_dataset)[1],
         max_new_tokens=HEAD["max_new_tokens"],
         temperature=HEAD["temperature"],
         weights=" ".join(str(w) for w in HEAD["behaviour_weights"]),
@@ -26,7 +27,7 @@ rule collect_traces:
     log:
         "results/logs/traces/{train_dataset}.log",
     shell:
-        "(diversed --track collect_traces collect-traces --dataset {wildcards.train_dataset} --split {params.split}"
+        "(diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " --behaviour-weights {params.weights} --target {params.target} --draft {params.draft}"
         " --batch-size {params.batch_size} --draft-length {params.draft_length} {params.flags} --quiet --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
