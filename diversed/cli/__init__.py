@@ -1,0 +1,75 @@
+"""The ``diversed`` command line: the parser and ``main``; each command sits with its kind in
+this folder (decoding, head, results, tools; shared flags in flags).
+
+Flags use dashes; the original project's underscore spellings (``--num_assistant_tokens``,
+``--draft_ensemble_weights``, ``--max_tokens``, ``--do_sample``, ...) are accepted as aliases.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from diversed.cli import decoding, head, results, tools
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="diversed", description="Relaxed speculative decoding (DIVERSED) on stock transformers."
+    )
+    parser.add_argument(
+        "--track",
+        metavar="STAGE",
+        help="log this command as an MLflow child run named STAGE (used by the workflow)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    decoding.add_generate(sub)
+    decoding.add_decode(sub)
+    results.add_score(sub)
+    tools.add_data(sub)
+    tools.add_models(sub)
+    results.add_report(sub)
+    tools.add_doctor(sub)
+    head.add_collect_traces(sub)
+    head.add_train_head(sub)
+    decoding.add_bench(sub)
+    return parser
+
+
+def run_tracked(args: argparse.Namespace) -> int:
+    """Run the command inside an MLflow child run: its flags as params, its JSON output as metrics."""
+    from diversed.tracking import job_run
+
+    with job_run(args.track) as run:
+        args.tracker = run
+        params = {k: v for k, v in vars(args).items() if k not in ("func", "tracker", "track")}
+        run.params(params)
+        code = args.func(args)
+        out = Path(args.out) if getattr(args, "out", None) else None
+        if out is not None and out.suffix == ".json" and out.is_file():
+            run.metrics(json.loads(out.read_text()))
+        if out is not None and (out / "head.json").is_file():
+            run.metrics(json.loads((out / "head.json").read_text()).get("metrics", {}))
+        if out is not None:
+            run.artifact(out)
+        return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # Huge pages for torch's large CPU allocations (read when torch first allocates, so before any
+    # import of it): packing a model's weights is bound by page faults (diversed.engine.cpu).
+    os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.tracker = None
+    try:
+        if getattr(args, "dtype", None) == "auto":  # resolved here, so records name the dtype that ran
+            from diversed.engine.cpu import choose_dtype
+
+            args.dtype = choose_dtype("auto", getattr(args, "device", "cpu"))[0]
+        return run_tracked(args) if args.track else args.func(args)
+    except (ValueError, OSError) as err:  # ConfigError, ModelError, DataError, HeadError are ValueErrors
+        parser.exit(2, f"diversed {args.command}: error: {err}\n")

@@ -1,0 +1,187 @@
+"""Commands that decode: ``generate`` (prompts), ``decode`` (a dataset split), ``bench``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from diversed.cli.flags import (
+    add_data_flags,
+    add_decoding_flags,
+    add_model_flags,
+    check_method_inputs,
+    decode_config,
+)
+from diversed.config import DTYPES
+from diversed.methods import Method
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from diversed.engine.loop import Decoder
+    from diversed.head import load_head_for
+    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
+
+    config = decode_config(args)
+    check_method_inputs(config, args)
+    tokenizer = load_tokenizer(args.target)
+    draft_name = args.draft if config.method.speculative else None
+    target, draft = load_pair(
+        args.target, draft_name, args.dtype, args.device, attn_implementation=args.attn_implementation
+    )
+    head = load_head_for(args.head, target, draft) if config.method is Method.DIVERSED else None
+    decoder = Decoder(target, draft, config, head=head, eos_token_ids=eos_ids(tokenizer, target))
+    prompts = [prompt_ids(tokenizer, prompt, args.chat) for prompt in args.prompt]
+    for result in decoder.generate_batch(prompts):  # one batch; every row seeded with --seed
+        text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
+        if args.json:
+            print(json.dumps({"text": text, "token_ids": result.token_ids, "stats": result.stats.to_dict()}))
+        else:
+            print(text)
+            print(f"[{config.method.value}] {result.stats.summary()}", file=sys.stderr)
+    return 0
+
+
+def cmd_decode(args: argparse.Namespace) -> int:
+    from diversed.decode_dataset import DecodeJob, run_decode
+
+    config = decode_config(args)
+    check_method_inputs(config, args)
+    head = args.head if config.method is Method.DIVERSED else None
+    job = DecodeJob(
+        args.dataset,
+        args.split,
+        args.n_examples,
+        args.target,
+        args.draft,
+        config,
+        args.chat,
+        args.dtype,
+        head=head,
+    )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        print(
+            run_decode(
+                job,
+                args.out,
+                args.data_dir,
+                not args.no_hub,
+                args.device,
+                not args.quiet,
+                attn_implementation=args.attn_implementation,
+                batch_size=args.batch_size,
+                latency_examples=args.latency_examples,
+            )
+        )
+        return 0
+    # Launched by `accelerate launch --num_processes N`: one process per device, each decodes a shard;
+    # after a barrier the first process merges the shards into --out.
+    from accelerate import PartialState
+
+    from diversed.decode_dataset import merge_shards
+
+    state = PartialState()
+    device = str(state.device)
+    shard = (state.process_index, state.num_processes)
+    run_decode(
+        job,
+        args.out,
+        args.data_dir,
+        not args.no_hub,
+        device,
+        False,
+        shard,
+        args.attn_implementation,
+        args.batch_size,
+        args.latency_examples,
+    )
+    state.wait_for_everyone()
+    if state.is_main_process:
+        print(merge_shards(job, args.out, state.num_processes, args.data_dir, not args.no_hub))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from diversed.bench import run_bench
+
+    run_bench(args)
+    return 0
+
+
+def add_generate(sub: argparse._SubParsersAction) -> None:
+    gen = sub.add_parser("generate", help="decode prompts (one batch) and print the texts and statistics")
+    add_model_flags(gen)
+    add_decoding_flags(gen)
+    gen.add_argument(
+        "--prompt",
+        required=True,
+        action="append",
+        help="prompt text; repeat the flag to decode several prompts as one batch, each seeded with --seed",
+    )
+    gen.add_argument("--head", help="trained ensemble head folder (method diversed)")
+    gen.add_argument("--chat", action="store_true", help="wrap the prompt in the tokenizer's chat template")
+    gen.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object per prompt, one per line, in prompt order: text, token_ids, stats",
+    )
+    gen.set_defaults(func=cmd_generate)
+
+
+def add_decode(sub: argparse._SubParsersAction) -> None:
+    dec = sub.add_parser("decode", help="decode a dataset split into a resumable JSONL file")
+    add_model_flags(dec)
+    add_decoding_flags(dec)
+    dec.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
+    dec.add_argument("--split", default="test", help="split to decode (default test)")
+    dec.add_argument("--n-examples", "--n_examples", type=int, help="seeded random subset size (default all)")
+    dec.add_argument(
+        "--chat", action="store_true", help="wrap prompts in the chat template (default raw text)"
+    )
+    dec.add_argument("--out", required=True, help="JSONL file; rerun with the same arguments to resume")
+    dec.add_argument("--quiet", action="store_true", help="no progress bar")
+    dec.add_argument("--head", help="trained ensemble head folder (method diversed)")
+    dec.add_argument(
+        "--batch-size", type=int, default=1, help="prompts decoded together (1); outputs do not depend on it"
+    )
+    dec.add_argument(
+        "--latency-examples",
+        type=int,
+        default=0,
+        help="decode the job's first N examples one at a time: their timings are its seconds per example (0)",
+    )
+    add_data_flags(dec)
+    dec.set_defaults(func=cmd_decode)
+
+
+def add_bench(sub: argparse._SubParsersAction) -> None:
+    bench = sub.add_parser(
+        "bench", help="time autoregressive HF generate, HF assisted generation and ours on the same prompts"
+    )
+    bench.add_argument("--target", help="target model (default: a tiny pair built in code)")
+    bench.add_argument("--draft", help="draft model (with --target)")
+    bench.add_argument(
+        "--dtype", default="auto", choices=DTYPES, help="model dtype (auto: see generate --help)"
+    )
+    bench.add_argument("--prompts", nargs="+", help="prompts (default: a few built-in ones)")
+    bench.add_argument(
+        "--dataset", help="take the prompts from this dataset's test split instead, e.g. humaneval"
+    )
+    bench.add_argument("--n-prompts", type=int, default=8, help="prompts taken from --dataset (8)")
+    bench.add_argument("--data-dir", help="local dataset folder (default $DIVERSED_DATA_DIR)")
+    bench.add_argument(
+        "--batch-sizes", type=int, nargs="+", default=[1, 4], help="batch sizes to compare (1 4)"
+    )
+    bench.add_argument("--max-new-tokens", type=int, default=64, help="tokens per prompt (64)")
+    bench.add_argument("--num-assistant-tokens", type=int, default=5, help="draft length k (5)")
+    bench.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is reported (3)")
+    bench.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    bench.add_argument(
+        "--no-onednn",
+        action="store_true",
+        help="keep torch's default (MKL) linears instead of pre-packed oneDNN ones on CPU (diversed/cpu.py)",
+    )
+    bench.add_argument("--out", required=True, help="JSON file to write")
+    bench.set_defaults(func=cmd_bench)

@@ -1,0 +1,108 @@
+"""Commands of the DIVERSED head: ``collect-traces`` and ``train-head``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from diversed.cli.flags import add_data_flags, add_model_flags
+from diversed.config import ConfigError
+
+
+def cmd_collect_traces(args: argparse.Namespace) -> int:
+    from diversed.traces import TraceJob, collect_traces
+
+    job = TraceJob(
+        dataset=args.dataset,
+        split=args.split,
+        n_examples=args.n_examples,
+        target=args.target,
+        draft=args.draft,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        behaviour_weights=tuple(args.behaviour_weights),
+        head=args.head,
+        draft_length=args.draft_length,
+        chat=args.chat,
+        dtype=args.dtype,
+        seed=args.seed,
+    )
+    for weight in job.behaviour_weights:
+        if not 0.0 <= weight <= 1.0:
+            raise ConfigError(f"behaviour_weights: {weight} is not in [0, 1]")
+    out = collect_traces(
+        job, args.out, args.data_dir, not args.no_hub, args.device, not args.quiet, args.batch_size
+    )
+    print(out)
+    return 0
+
+
+def cmd_train_head(args: argparse.Namespace) -> int:
+    from diversed.train import TrainConfig, train_from_traces
+
+    if args.reg_lambda <= 0:
+        raise ConfigError(f"reg_lambda: {args.reg_lambda} must be > 0 (it rewards accepted drafts)")
+    cfg = TrainConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        reg_lambda=args.reg_lambda,
+        baseline=args.baseline,
+        hidden=args.hidden,
+        seed=args.seed,
+    )
+    log_step = (lambda step, figures: args.tracker.metrics(figures, step)) if args.tracker else None
+    card = train_from_traces(args.traces, args.out, cfg, log_step=log_step, progress=not args.quiet)
+    print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
+    return 0
+
+
+def add_collect_traces(sub: argparse._SubParsersAction) -> None:
+    col = sub.add_parser(
+        "collect-traces", help="roll out train prompts from a behaviour mixture; store traces"
+    )
+    add_model_flags(col, draft_required=True)
+    col.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
+    col.add_argument("--split", default="train", help="split (default train; never evaluate on it)")
+    col.add_argument("--n-examples", type=int, default=32, help="prompts (default 32)")
+    col.add_argument("--max-new-tokens", type=int, default=128, help="tokens per rollout (default 128)")
+    col.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)")
+    col.add_argument(
+        "--behaviour-weights",
+        type=float,
+        nargs="+",
+        default=[0.5, 1.0],
+        help="target weights w of mu (0.5 1.0)",
+    )
+    col.add_argument("--head", help="use a trained head as behaviour policy (next round)")
+    col.add_argument(
+        "--draft-length", type=int, default=4, help="tokens drafted per block of the speculative sampler (4)"
+    )
+    col.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    col.add_argument("--seed", type=int, default=42, help="subset and sampling seed (42)")
+    col.add_argument("--out", required=True, help="trace folder; rerun to resume")
+    col.add_argument("--quiet", action="store_true", help="no progress bar")
+    col.add_argument(
+        "--batch-size", type=int, default=1, help="rollouts sampled together (1); traces do not depend on it"
+    )
+    add_data_flags(col)
+    col.set_defaults(func=cmd_collect_traces)
+
+
+def add_train_head(sub: argparse._SubParsersAction) -> None:
+    tr = sub.add_parser("train-head", help="train the DIVERSED ensemble head on stored traces")
+    tr.add_argument("--traces", required=True, help="folder written by collect-traces")
+    tr.add_argument("--out", required=True, help="head folder to write (head.safetensors + head.json)")
+    tr.add_argument("--epochs", type=int, default=4, help="passes over the traces (4)")
+    tr.add_argument("--batch-size", type=int, default=8, help="sequences per step (8)")
+    tr.add_argument("--lr", type=float, default=5e-4, help="AdamW learning rate (5e-4)")
+    tr.add_argument(
+        "--reg-lambda", type=float, default=0.1, help="weight of the acceptance reward, > 0 (0.1)"
+    )
+    tr.add_argument(
+        "--baseline", choices=["batch", "running"], default="batch", help="reward baseline (batch)"
+    )
+    tr.add_argument("--hidden", type=int, default=0, help="MLP width; 0 = the paper's linear head (0)")
+    tr.add_argument("--seed", type=int, default=42, help="seed (42)")
+    tr.add_argument("--quiet", action="store_true", help="no progress bar")
+    tr.set_defaults(func=cmd_train_head)

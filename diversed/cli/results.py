@@ -1,0 +1,51 @@
+"""Commands on decoded files: ``score`` and ``report``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from diversed.cli.flags import add_data_flags
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    from diversed.score import score_file
+
+    strict = args.sandbox == "strict"
+    result = score_file(args.dataset, args.input, args.out, args.data_dir, not args.no_hub, strict)
+    shown = {k: v for k, v in result.items() if k not in ("settings", "per_example")}
+    print(json.dumps(shown, indent=2))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from diversed.report import load_scores, write_plots, write_tables
+
+    rows = load_scores(args.scores)
+    for path in write_tables(rows, args.tables) + write_plots(rows, args.plots):
+        print(path)
+    return 0
+
+
+def add_score(sub: argparse._SubParsersAction) -> None:
+    score = sub.add_parser("score", help="quality and efficiency metrics of a decode JSONL")
+    score.add_argument("--dataset", required=True, help="the dataset the file was decoded from")
+    score.add_argument("--in", dest="input", required=True, help="decode JSONL file")
+    score.add_argument("--out", required=True, help="metrics JSON file to write")
+    score.add_argument(
+        "--sandbox",
+        choices=("best-effort", "strict"),
+        default="best-effort",
+        help="generated code: run with whatever containment this machine gives and say what is "
+        "missing (default), or refuse to run it unless every fence holds",
+    )
+    add_data_flags(score)
+    score.set_defaults(func=cmd_score)
+
+
+def add_report(sub: argparse._SubParsersAction) -> None:
+    rep = sub.add_parser("report", help="paper tables and Pareto plots from score files")
+    rep.add_argument("--scores", nargs="+", required=True, help="score JSON files")
+    rep.add_argument("--tables", required=True, help="output prefix, e.g. results/tables/main")
+    rep.add_argument("--plots", required=True, help="output folder for PNG and SVG plots")
+    rep.set_defaults(func=cmd_report)

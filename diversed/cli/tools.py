@@ -1,0 +1,123 @@
+"""Commands around the data and the models: ``data``, ``models``, ``doctor``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from diversed.cli.flags import add_data_flags
+
+
+def cmd_data_show(args: argparse.Namespace) -> int:
+    from diversed.data import load_examples
+
+    for example in load_examples(
+        args.dataset, args.split, args.n, directory=args.data_dir, allow_hub=not args.no_hub
+    ):
+        print(f"===== {example.task} {example.id} =====")
+        print(example.prompt)
+        print(f"----- reference -----\n{example.reference}\n")
+    return 0
+
+
+def cmd_data_status(args: argparse.Namespace) -> int:
+    from diversed.data import resolve
+
+    status = {d: resolve(d, args.split, args.data_dir, not args.no_hub) for d in args.datasets}
+    text = json.dumps({"split": args.split, "datasets": status}, indent=2) + "\n"
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(text)
+    print(text, end="")
+    return 0
+
+
+def cmd_models_fetch(args: argparse.Namespace) -> int:
+    from diversed.embedded import EMBEDDED, fetch
+
+    for name in args.names or list(EMBEDDED):
+        print(f"embedded:{name} -> {fetch(name)}")
+    return 0
+
+
+def cmd_models_prepare(args: argparse.Namespace) -> int:
+    from diversed.embedded import fetch, is_embedded
+    from diversed.models import resolve
+
+    ready = {}
+    for role, name in (("target", args.target), ("draft", args.draft)):
+        ready[role] = {"name": name, "path": str(fetch(name)) if is_embedded(name) else resolve(name)}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(ready, indent=2) + "\n")
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from diversed.embedded import EMBEDDED, model_dir
+
+    for name, model in EMBEDDED.items():
+        state = "fetched" if (model_dir("embedded:" + name) / "config.json").exists() else "not fetched"
+        print(f"embedded:{name:<22} {state:<12} {model.description}")
+    return 0
+
+
+def cmd_models_tiny(args: argparse.Namespace) -> int:
+    from diversed.tiny import write_tiny_pair
+
+    target, draft = write_tiny_pair(args.out, seed=args.seed)
+    print(json.dumps({"target": str(target), "draft": str(draft)}))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from diversed.doctor import run_doctor
+
+    return run_doctor(args.data_dir)
+
+
+def add_data(sub: argparse._SubParsersAction) -> None:
+    data = sub.add_parser("data", help="look at the datasets").add_subparsers(
+        dest="data_command", required=True
+    )
+    show = data.add_parser("show", help="print prompts and references, as the model sees them")
+    show.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
+    show.add_argument("--split", default="test", help="split (default test)")
+    show.add_argument("-n", type=int, default=3, help="how many examples (default 3)")
+    add_data_flags(show)
+    show.set_defaults(func=cmd_data_show)
+
+    status = data.add_parser(
+        "status", help="where each dataset would come from: package, local, hub or missing"
+    )
+    status.add_argument("--datasets", nargs="+", required=True, help="dataset names")
+    status.add_argument("--split", default="test", help="split (default test)")
+    status.add_argument("--out", help="also write the JSON here")
+    add_data_flags(status)
+    status.set_defaults(func=cmd_data_status)
+
+
+def add_models(sub: argparse._SubParsersAction) -> None:
+    models = sub.add_parser("models", help="the embedded models").add_subparsers(
+        dest="models_command", required=True
+    )
+    fetch = models.add_parser("fetch", help="download, verify and convert embedded models (all by default)")
+    fetch.add_argument("names", nargs="*", help="e.g. qwen2.5-coder-1.5b")
+    fetch.set_defaults(func=cmd_models_fetch)
+    prep = models.add_parser("prepare", help="make a target/draft pair loadable (fetches embedded ones)")
+    prep.add_argument("--target", required=True, help="target: hub id, local folder or embedded:NAME")
+    prep.add_argument("--draft", required=True, help="draft: hub id, local folder or embedded:NAME")
+    prep.add_argument("--out", required=True, help="JSON file naming what each resolved to")
+    prep.set_defaults(func=cmd_models_prepare)
+    listing = models.add_parser("list", help="embedded models and whether they are fetched")
+    listing.set_defaults(func=cmd_models_list)
+    tiny = models.add_parser("tiny", help="write a tiny random-weight target/draft pair (tests, CI workflow)")
+    tiny.add_argument("--out", required=True, help="folder; gets target/ and draft/")
+    tiny.add_argument("--seed", type=int, default=0, help="weight seed (0)")
+    tiny.set_defaults(func=cmd_models_tiny)
+
+
+def add_doctor(sub: argparse._SubParsersAction) -> None:
+    doc = sub.add_parser("doctor", help="check the installation, models, datasets and tracking store")
+    add_data_flags(doc)
+    doc.set_defaults(func=cmd_doctor)
