@@ -96,3 +96,10 @@ def end_tracking(status):
     from diversed.tracking import end_invocation
 
     end_invocation(status)
+
+
+def decode_inputs(wildcards):
+    inputs = {"models": "results/models/ready.json"}
+    if SETTINGS[wildcards.setting]["method"] == "diversed":
+        inputs["head"] = f"results/heads/{head_dataset(wildcards.dataset)}"
+    return inputs

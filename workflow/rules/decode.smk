@@ -2,13 +2,6 @@
 # declared output, so an interrupted job continues from its own JSONL when snakemake runs again.
 
 
-def decode_inputs(wildcards):
-    inputs = {"models": "results/models/ready.json"}
-    if SETTINGS[wildcards.setting]["method"] == "diversed":
-        inputs["head"] = f"results/heads/{head_dataset(wildcards.dataset)}"
-    return inputs
-
-
 rule decode:
     input:
         unpack(decode_inputs),

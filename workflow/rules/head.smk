@@ -7,7 +7,7 @@ rule train_head:
     output:
         head=directory("results/heads/{train_dataset}"),
     params:
-        traces="results/traces/{train_dataset}",
+        traces=lambda w, input: input[0].removesuffix(".done"),
         epochs=HEAD["epochs"],
         batch_size=HEAD["train_batch_size"],
         lr=HEAD["lr"],

@@ -16,7 +16,7 @@ rule collect_traces:
         max_new_tokens=HEAD["max_new_tokens"],
         temperature=HEAD["temperature"],
         weights=" ".join(str(w) for w in HEAD["behaviour_weights"]),
-        folder="results/traces/{train_dataset}",
+        folder=lambda w, output: output[0].removesuffix(".done"),
         flags=data_flags(),
         batch_size=HEAD["batch_size"],
         draft_length=HEAD["draft_length"],
