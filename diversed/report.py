@@ -1,13 +1,17 @@
-"""Paper-style tables and Pareto plots from the workflow's score files.
+"""Paper-style tables and Pareto plots from the workflow's score files, every figure with its n
+and its 95% bootstrap interval (:mod:`diversed.bootstrap`).
 
-``main.{md,csv,tex}``: one row per method setting, one column group per dataset: acceptance rate,
-mean accepted length, the task's quality metric, seconds per example and speed-up over ``auto``
-at the same temperature (same machine, same run), both measured at batch 1 as the paper does,
-and the job's throughput at its decoding batch size; each timing column names its batch size.
-Plots: quality against acceptance and against
-time, with the static-ensemble sweep drawn as a line and the other methods as labelled points
-(the paper's Pareto picture); speed-up against draft length with Leviathan's prediction from the
-measured acceptance alpha, draft/target step ratio c and verification cost.
+``main.{md,csv,tex}``: one row per method setting, one column group per dataset: the number of
+examples n, acceptance rate, mean accepted length, the task's quality metric, seconds per example
+(each printed as ``value [low, high]``; the CSV has ``_low``/``_high`` columns) and speed-up over
+``auto`` at the same temperature (same machine, same run), both measured at batch 1 as the paper
+does, and the job's throughput at its decoding batch size; each timing column names its batch size.
+``paired_vs_sd.{md,csv}``: each setting minus ``sd`` at the same temperature and draft length on
+the same examples (quality and acceptance, paired intervals). Plots, one panel per dataset and
+temperature: quality against acceptance and against time, with error bars, the static-ensemble
+sweep as a labelled line, a marker per method and DIVERSED distinct (the paper's Pareto picture);
+speed-up against draft length with Leviathan's prediction from the measured acceptance alpha,
+draft/target step ratio c and verification cost.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from diversed import bootstrap
 from diversed.data import get_task
 from diversed.engine.stats import leviathan_speedup
 
 QUALITY = {"accuracy": "accuracy", "rouge": "rouge2", "bleu": "bleu", "pass@1": "pass@1"}
+CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example")
+METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "diversed": 5}
 
 
 def setting_label(s: dict[str, Any]) -> str:
@@ -68,6 +75,11 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "batch_size": score.get("batch_size", 1),
                 "target_step_seconds": score.get("target_step_seconds"),
                 "draft_step_seconds": score.get("draft_step_seconds"),
+                "n": score["n_examples"],
+                "quality_ci": score.get(f"{QUALITY[task.metric]}_ci"),
+                "corpus_bleu": task.metric == "bleu",
+                "per_example": score.get("per_example", []),
+                **{f"{f}_ci": score.get(f"{f}_ci") for f in CI_FIGURES if f != "quality"},
             }
         )
     for row in rows:  # speed-up over auto of the same dataset and temperature
@@ -80,14 +92,53 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
         ]
         latency = row["seconds_per_example"]
         row["speedup"] = auto[0]["seconds_per_example"] / latency if auto and latency else None
+        row["vs_sd"] = paired_vs_sd(row, rows)
     return rows
 
 
-def main_table(rows: list[dict[str, Any]]):
-    """A wide DataFrame: settings x (dataset, figure)."""
+def paired_vs_sd(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """This setting minus ``sd`` (same dataset, temperature, draft length; for ``auto`` the
+    smallest k) on the examples both decoded, with paired bootstrap intervals."""
+    if row["method"] == "sd" or not row["per_example"]:
+        return None
+    candidates = sorted(
+        (
+            r
+            for r in rows
+            if r["method"] == "sd"
+            and r["dataset"] == row["dataset"]
+            and r["temperature"] == row["temperature"]
+            and (r["k"] == row["k"] or row["method"] == "auto")
+            and r["per_example"]
+        ),
+        key=lambda r: r["k"],
+    )
+    if not candidates:
+        return None
+    reference = {e["id"]: e for e in candidates[0]["per_example"]}
+    shared = [e for e in row["per_example"] if e["id"] in reference]
+    if not shared:
+        return None
+    mine = bootstrap.columns(shared)
+    theirs = bootstrap.columns([reference[e["id"]] for e in shared])
+    corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
+    names = ("quality", "acceptance_rate") if row["method"] != "auto" else ("quality",)
+    return {"n": len(shared), **bootstrap.paired_differences(mine, theirs, names, corpus)}
+
+
+def _cell(value: float | None, interval: list[float] | None) -> str:
+    """``72.6 [69.5, 75.7]``, three significant digits; ``--`` where there is no figure."""
+    if value is None:
+        return "--"
+    text = f"{value:.3g}"
+    return text + (f" [{interval[0]:.3g}, {interval[1]:.3g}]" if interval else "")
+
+
+def main_table(rows: list[dict[str, Any]], formatted: bool = True):
+    """A wide DataFrame: settings x (dataset, figure); ``formatted``: cells ``value [low, high]``,
+    else numbers with ``_low``/``_high`` columns beside each figure that has an interval."""
     import pandas as pd
 
-    frame = pd.DataFrame(rows)
     figures = [
         "acceptance_rate",
         "mean_accepted_length",
@@ -96,10 +147,6 @@ def main_table(rows: list[dict[str, Any]]):
         "speedup",
         "tokens_per_second",
     ]
-    wide = frame.pivot_table(index="setting", columns="dataset", values=figures, aggfunc="first")
-    wide = wide.swaplevel(0, 1, axis=1).sort_index(axis=1, level=0)
-    order = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "diversed": 5}
-    wide = wide.loc[sorted(wide.index, key=lambda s: (order.get(s.split()[0], 9), s))]
     names = {r["dataset"]: r["quality_name"] for r in rows}
     batch = max(r["batch_size"] for r in rows)
     timing = {
@@ -107,8 +154,55 @@ def main_table(rows: list[dict[str, Any]]):
         "speedup": "speed-up (B=1)",
         "tokens_per_second": f"tok/s (B={batch})",
     }
-    wide.columns = [f"{d} {names[d] if f == 'quality' else timing.get(f, f)}" for d, f in wide.columns]
-    return wide
+    long = []
+    for r in rows:
+        cells = {"n": r["n"]}
+        for f in figures:
+            label = names[r["dataset"]] if f == "quality" else timing.get(f, f)
+            interval = r.get(f"{f}_ci")
+            if formatted:
+                cells[label] = _cell(r[f], interval)
+            else:
+                cells[label] = r[f]
+                if f in CI_FIGURES:
+                    cells[f"{label}_low"], cells[f"{label}_high"] = interval or (None, None)
+        long += [
+            {"setting": r["setting"], "column": f"{r['dataset']} {k}", "value": v} for k, v in cells.items()
+        ]
+    frame = pd.DataFrame(long)
+    columns = list(dict.fromkeys(frame["column"]))
+    datasets = sorted(names)
+    columns = [c for d in datasets for c in columns if c.startswith(d + " ")]
+    wide = frame.pivot_table(index="setting", columns="column", values="value", aggfunc="first", dropna=False)
+    wide = wide.reindex(columns=columns)
+    wide.columns.name = None
+    order = sorted(wide.index, key=lambda s: (METHOD_ORDER.get(s.split()[0], 9), s))
+    return wide.loc[order].fillna("--") if formatted else wide.loc[order]
+
+
+def paired_table(rows: list[dict[str, Any]]):
+    """Each setting minus sd on the same examples: n, delta quality and delta acceptance."""
+    import pandas as pd
+
+    records = []
+    for r in rows:
+        diff = r.get("vs_sd")
+        if not diff:
+            continue
+        records.append(
+            {
+                "dataset": r["dataset"],
+                "setting": r["setting"],
+                "n": diff["n"],
+                f"delta {r['quality_name']}": _cell(diff["quality"], diff["quality_ci"]),
+                "delta acceptance": _cell(diff.get("acceptance_rate"), diff.get("acceptance_rate_ci")),
+            }
+        )
+    frame = pd.DataFrame(records)
+    if frame.empty:
+        return frame
+    key = frame["setting"].map(lambda s: (METHOD_ORDER.get(s.split()[0], 9), s))
+    return frame.assign(_key=key).sort_values(["dataset", "_key"]).drop(columns="_key")
 
 
 def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Path]:
@@ -116,10 +210,25 @@ def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Pat
     out.parent.mkdir(parents=True, exist_ok=True)
     table = main_table(rows)
     paths = [out.with_suffix(".csv"), out.with_suffix(".md"), out.with_suffix(".tex")]
-    table.to_csv(paths[0], float_format="%.4g")
-    paths[1].write_text(table.to_markdown(floatfmt=".3g") + "\n")
-    paths[2].write_text(table.to_latex(float_format="%.3g", na_rep="--") + "\n")
+    main_table(rows, formatted=False).to_csv(paths[0], float_format="%.4g")
+    sizes = ", ".join(f"{d} n = {n}" for d, n in sorted(_cell_sizes(rows).items()))
+    note = f"Each cell: value [95% bootstrap interval] over the examples of its dataset ({sizes}).\n\n"
+    paths[1].write_text(note + table.to_markdown() + "\n")
+    paths[2].write_text(table.to_latex(na_rep="--") + "\n")
+    paired = paired_table(rows)
+    paired_path = out.with_name("paired_vs_sd")
+    for suffix, text in ((".csv", paired.to_csv(index=False)), (".md", paired.to_markdown(index=False))):
+        (path := paired_path.with_suffix(suffix)).write_text(text + "\n")
+        paths.append(path)
     return paths
+
+
+def _cell_sizes(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """Examples per cell per dataset: one number, or the range where cells differ."""
+    sizes: dict[str, set[int]] = {}
+    for r in rows:
+        sizes.setdefault(r["dataset"], set()).add(r["n"])
+    return {d: str(min(n)) if len(n) == 1 else f"{min(n)}-{max(n)}" for d, n in sizes.items()}
 
 
 def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
@@ -131,40 +240,26 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     datasets = sorted({r["dataset"] for r in rows})
+    panels = sorted({(r["dataset"], r["temperature"]) for r in rows})
     written: list[Path] = []
     for x_key, x_label, name in (
         ("acceptance_rate", "acceptance rate", "quality_vs_acceptance"),
         ("seconds_per_example", "seconds per example (batch 1)", "quality_vs_time"),
     ):
-        fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
-        for ax, dataset in zip(axes[0], datasets, strict=True):
-            mine = [r for r in rows if r["dataset"] == dataset and r[x_key] is not None]
-            for temperature in sorted({r["temperature"] for r in mine}):
-                sweep = sorted(
-                    (r for r in mine if r["method"] == "static" and r["temperature"] == temperature),
-                    key=lambda r: r["target_weight"],
-                )
-                if sweep:
-                    ax.plot(
-                        [r[x_key] for r in sweep],
-                        [r["quality"] for r in sweep],
-                        "o-",
-                        label=f"static sweep T={temperature:g}",
-                    )
-            for r in mine:
-                if r["method"] != "static":
-                    ax.scatter(r[x_key], r["quality"], marker="s", zorder=3)
-                    ax.annotate(
-                        r["setting"],
-                        (r[x_key], r["quality"]),
-                        fontsize=7,
-                        xytext=(3, 3),
-                        textcoords="offset points",
-                    )
-            ax.set_title(dataset)
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 4), squeeze=False)
+        for ax, (dataset, temperature) in zip(axes[0], panels, strict=True):
+            mine = [
+                r
+                for r in rows
+                if r["dataset"] == dataset and r["temperature"] == temperature and r[x_key] is not None
+            ]
+            _pareto_panel(ax, mine, x_key)
+            n = _cell_sizes(mine).get(dataset, "?") if mine else "?"
+            ax.set_title(f"{dataset}, T = {temperature:g} (n = {n} per point)", fontsize=9)
             ax.set_xlabel(x_label)
-            ax.set_ylabel(mine[0]["quality_name"] if mine else "quality")
-            ax.legend(fontsize=7)
+            ax.set_ylabel(f"{mine[0]['quality_name']} (95% CI)" if mine else "quality")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="best")
         fig.tight_layout()
         for suffix in (".png", ".svg"):
             fig.savefig(out / f"{name}{suffix}", dpi=120)
@@ -172,6 +267,62 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
         plt.close(fig)
     written += _speedup_plot(rows, datasets, out, plt)
     return written
+
+
+MARKERS = {"auto": "s", "sd": "o", "lossy": "v", "cascade": "D", "diversed": "*"}
+
+
+def _errors(rows: list[dict[str, Any]], key: str):
+    """Asymmetric error bars [2, n] from ``key_ci`` (zero where a point has no interval)."""
+    low, high = [], []
+    for r in rows:
+        interval = r.get(f"{key}_ci") or (r[key], r[key])
+        low.append(max(r[key] - interval[0], 0.0))
+        high.append(max(interval[1] - r[key], 0.0))
+    return [low, high]
+
+
+def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
+    """The static sweep as a labelled line (w beside each point), every other setting a marker of
+    its method, DIVERSED a large star; all with their 95% intervals as error bars."""
+    sweep = sorted((r for r in rows if r["method"] == "static"), key=lambda r: r["target_weight"])
+    if sweep:
+        ax.errorbar(
+            [r[x_key] for r in sweep],
+            [r["quality"] for r in sweep],
+            xerr=_errors(sweep, x_key),
+            yerr=_errors(sweep, "quality"),
+            fmt="-o",
+            color="grey",
+            ms=4,
+            capsize=2,
+            label="static ensemble, w = 0 ... 1",
+        )
+        for r in sweep:
+            ax.annotate(
+                f"w={r['target_weight']:g}",
+                (r[x_key], r["quality"]),
+                fontsize=6,
+                xytext=(3, -8),
+                textcoords="offset points",
+                color="grey",
+            )
+    for method in [m for m in METHOD_ORDER if m != "static"]:
+        points = [r for r in rows if r["method"] == method]
+        if not points:
+            continue
+        labels = sorted({r["setting"] for r in points})
+        ax.errorbar(
+            [r[x_key] for r in points],
+            [r["quality"] for r in points],
+            xerr=_errors(points, x_key),
+            yerr=_errors(points, "quality"),
+            fmt=MARKERS.get(method, "o"),
+            ms=14 if method == "diversed" else 6,
+            capsize=2,
+            zorder=4 if method == "diversed" else 3,
+            label=labels[0] if len(labels) == 1 else method,
+        )
 
 
 def _speedup_plot(rows, datasets, out: Path, plt) -> list[Path]:

@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from diversed import bootstrap
 from diversed.data import DataError, get_task, load_records
 from diversed.engine.stats import GenerationStats
-from diversed.metrics import accuracy, bleu, pass_at_1, rouge
+from diversed.metrics import accuracy, bleu, pass_at_1, rouge, rouge2_per_example
 from diversed.sandbox import run_program
 
 
@@ -90,6 +91,53 @@ def quality(
     return pass_at_1([o["passed"] for o in outcomes]), outcomes
 
 
+def per_example(
+    dataset: str, records: list[dict[str, Any]], outcomes: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """One row per example: its quality (on the table's scale; BLEU: sentence n-gram statistics,
+    summed into corpus BLEU), its decoding counters and batch-1 time, for intervals and pairing."""
+    task = get_task(dataset)
+    predictions = [r["prediction"] for r in records]
+    references = [r["reference"] for r in records]
+    if task.metric == "pass@1":
+        quality: list[Any] = [100.0 * o["passed"] for o in outcomes]
+    elif task.metric == "accuracy":
+        quality = [100.0 * (p == r) for p, r in zip(predictions, references, strict=True)]
+    elif task.metric == "rouge":
+        quality = [100.0 * rouge2_per_example(p, r) for p, r in zip(predictions, references, strict=True)]
+    else:
+        from sacrebleu.metrics import BLEU
+
+        quality = [list(row) for row in BLEU()._extract_corpus_statistics(predictions, [references])]
+    rows = []
+    for record, value, outcome in zip(records, quality, outcomes or [{}] * len(records), strict=True):
+        stats = GenerationStats.from_dict(record["stats"])
+        rows.append(
+            {
+                "id": record["id"],
+                "quality": value,
+                "accepted": stats.accepted,
+                "drafted": stats.drafted,
+                "blocks": stats.blocks,
+                "batch_size": stats.batch_size,
+                "seconds": stats.seconds,
+                **{k: v for k, v in outcome.items() if k != "id"},
+            }
+        )
+    return rows
+
+
+def confidence_intervals(dataset: str, examples: list[dict[str, Any]]) -> dict[str, list[float] | None]:
+    """95% bootstrap intervals of acceptance, mean accepted length, quality and s/example, keyed
+    ``<figure>_ci`` (quality under its metric's name, e.g. ``pass@1_ci``)."""
+    task = get_task(dataset)
+    corpus = bootstrap.corpus_bleu_quality if task.metric == "bleu" else None
+    found = bootstrap.intervals(bootstrap.columns(examples), corpus)
+    quality_name = {"rouge": "rouge2"}.get(task.metric, task.metric)
+    found[f"{quality_name}_ci"] = found.pop("quality_ci")
+    return found
+
+
 def score_file(
     dataset: str,
     path: str | Path,
@@ -100,16 +148,17 @@ def score_file(
 ) -> dict[str, Any]:
     records = read_records(path)
     metrics, outcomes = quality(dataset, records, data_dir, allow_hub, strict_sandbox)
+    examples = per_example(dataset, records, outcomes)
     result = {
         "dataset": dataset,
         "method": records[0]["method"],
         "n_examples": len(records),
         **metrics,
         **efficiency(records),
+        **confidence_intervals(dataset, examples),
         "settings": records[0].get("settings", {}),
+        "per_example": examples,
     }
-    if outcomes:
-        result["per_example"] = outcomes
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(result, indent=2) + "\n")
     return result

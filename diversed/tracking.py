@@ -84,7 +84,11 @@ class JobRun:
         self._safe(lambda: self.mlflow.log_params(flat))
 
     def metrics(self, values: dict[str, Any], step: int | None = None) -> None:
-        numeric = {k.replace("@", "_at_"): float(v) for k, v in values.items() if isinstance(v, int | float)}
+        numeric = {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
+        for key, value in values.items():  # a figure's interval "<f>_ci": [low, high]
+            if key.endswith("_ci") and isinstance(value, list) and len(value) == 2:
+                numeric[f"{key}_low"], numeric[f"{key}_high"] = (float(v) for v in value)
+        numeric = {k.replace("@", "_at_"): v for k, v in numeric.items()}
         self._safe(lambda: self.mlflow.log_metrics(numeric, step=step))
 
     def artifact(self, path: str | Path) -> None:

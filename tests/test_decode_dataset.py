@@ -117,7 +117,11 @@ def test_score_of_canonical_answers_is_perfect(tmp_path, canonical_decode_file):
     from diversed.score import score_file
 
     path = canonical_decode_file(5)
-    assert score_file("humaneval", path, tmp_path / "m.json")["pass@1"] == 100.0
+    result = score_file("humaneval", path, tmp_path / "m.json")
+    assert result["pass@1"] == 100.0 and result["pass@1_ci"] == [100.0, 100.0]
+    for figure in ("acceptance_rate", "mean_accepted_length", "seconds_per_example"):
+        assert f"{figure}_ci" in result  # None where the figure has no value (e.g. auto's acceptance)
+    assert [e["quality"] for e in result["per_example"]] == [100.0] * 5
 
 
 def test_batched_decode_equals_batch_one_and_times_its_latency_subset(model_dirs, tmp_path):

@@ -67,6 +67,9 @@ def test_whole_dag_produces_tables_plots_and_report(workdir):
     table = (workdir / "results/tables/main.md").read_text()
     for method in ("auto", "sd", "lossy", "static w=0.5", "cascade"):
         assert method in table
+    assert "95% bootstrap interval" in table and "humaneval n = 2" in table and " [" in table
+    paired = (workdir / "results/tables/paired_vs_sd.md").read_text()
+    assert "delta pass@1" in paired and "delta acceptance" in paired and "lossy" in paired
     snakemake(workdir, "--configfile", "config/ci.yaml", "--report", "results/report.html")
     assert (workdir / "results/report.html").stat().st_size > 100_000
 

@@ -8,6 +8,8 @@ rule tables_and_plots:
         table=report("results/tables/main.md", caption="../report/table.rst", category="Tables"),
         csv="results/tables/main.csv",
         tex="results/tables/main.tex",
+        paired=report("results/tables/paired_vs_sd.md", caption="../report/paired.rst", category="Tables"),
+        paired_csv="results/tables/paired_vs_sd.csv",
         acceptance=report(
             "results/plots/quality_vs_acceptance.png", caption="../report/quality_vs_acceptance.rst", category="Plots"
         ),
@@ -16,7 +18,7 @@ rule tables_and_plots:
             "results/plots/speedup_vs_draft_length.png", caption="../report/speedup.rst", category="Plots"
         ),
     params:
-        src=src_hash("report.py"),
+        src=src_hash("report.py", "bootstrap.py"),
     log:
         "results/logs/report.log",
     shell:
