@@ -2,8 +2,9 @@
 
 A grid entry is a partial decoding setting (keys of ``schemas/decoding.schema.yaml``) whose values
 may be lists, which are swept; every entry is crossed with the configured draft lengths and
-temperatures. Each setting is validated by :class:`DecodeConfig`, so the workflow accepts exactly
-what the CLI accepts, and gets a stable, readable name used in file names and tables.
+temperatures, unless it names its own ``temperature`` (a value or a list), which then replaces them.
+Each setting is validated by :class:`DecodeConfig`, so the workflow accepts exactly what the CLI
+accepts, and gets a stable, readable name used in file names and tables.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ def expand(
             point = dict(zip(sweeps, combo, strict=True))
             method = DecodeConfig.from_dict({"method": point["method"]}).method
             lengths = [None] if method is Method.AUTO else draft_lengths
-            for k, temperature in itertools.product(lengths, temperatures):
+            own = [point["temperature"]] if "temperature" in point else temperatures
+            for k, temperature in itertools.product(lengths, own):
                 values = {**point, "temperature": float(temperature)}
                 if k is not None:
                     values["num_assistant_tokens"] = k

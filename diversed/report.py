@@ -1,17 +1,18 @@
-"""Paper-style tables and Pareto plots from the workflow's score files, every figure with its n
-and its 95% bootstrap interval (:mod:`diversed.bootstrap`).
+"""Paper-style tables and Pareto plots from the workflow's score files, every figure with its n and its
+95% bootstrap interval (:mod:`diversed.bootstrap`).
 
 ``main.{md,csv,tex}``: one row per method setting, one column group per dataset: the number of
-examples n, acceptance rate, mean accepted length, the task's quality metric, seconds per example
-(each printed as ``value [low, high]``; the CSV has ``_low``/``_high`` columns) and speed-up over
-``auto`` at the same temperature (same machine, same run), both measured at batch 1 as the paper
-does, and the job's throughput at its decoding batch size; each timing column names its batch size.
-``paired_vs_sd.{md,csv}``: each setting minus ``sd`` at the same temperature and draft length on
-the same examples (quality and acceptance, paired intervals). Plots, one panel per dataset and
-temperature: quality against acceptance and against time, with error bars, the static-ensemble
-sweep as a labelled line, a marker per method and DIVERSED distinct (the paper's Pareto picture);
-speed-up against draft length with Leviathan's prediction from the measured acceptance alpha,
-draft/target step ratio c and verification cost.
+examples n, the share of completions that ended on their own (EOS or a stop string, not the token
+budget: a cut-off completion scores as wrong), acceptance rate, mean accepted length, the task's
+quality metric, seconds per example (each printed as ``value [low, high]``; the CSV has
+``_low``/``_high`` columns) and speed-up over ``auto`` at the same temperature (same machine, same
+run), both measured at batch 1 as the paper does, and the job's throughput at its decoding batch
+size; each timing column names its batch size. ``paired_vs_sd.{md,csv}``: each setting minus ``sd``
+at the same temperature and draft length on the same examples (quality and acceptance, paired
+intervals). Plots, one panel per dataset and temperature: quality against acceptance and against
+time, with error bars, the static-ensemble sweep as a labelled line, a marker per method and
+DIVERSED distinct (the paper's Pareto picture); speed-up against draft length with Leviathan's
+prediction from the measured acceptance alpha, draft/target step ratio c and verification cost.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "target_step_seconds": score.get("target_step_seconds"),
                 "draft_step_seconds": score.get("draft_step_seconds"),
                 "n": score["n_examples"],
+                "ended_share": score.get("ended_share"),
                 "quality_ci": score.get(f"{QUALITY[task.metric]}_ci"),
                 "corpus_bleu": task.metric == "bleu",
                 "per_example": score.get("per_example", []),
@@ -156,7 +158,10 @@ def main_table(rows: list[dict[str, Any]], formatted: bool = True):
     }
     long = []
     for r in rows:
-        cells = {"n": r["n"]}
+        ended = r.get("ended_share")
+        cells = {"n": r["n"], "ended %": "--" if ended is None else f"{100 * ended:.0f}"}
+        if not formatted:
+            cells["ended %"] = None if ended is None else 100 * ended
         for f in figures:
             label = names[r["dataset"]] if f == "quality" else timing.get(f, f)
             interval = r.get(f"{f}_ci")

@@ -35,7 +35,9 @@ def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
     n_single = sum(s.batch_size == 1 for s in stats)
     batches = {r.get("batch", {}).get("id", r["id"]): r.get("batch", {}).get("seconds") for r in records}
     wall = sum(seconds for seconds in batches.values() if seconds is not None)
+    ended = [r.get("finish_reason") in ("eos", "stop") for r in records]
     return {
+        "ended_share": sum(ended) / len(ended),  # completions that ended on their own, not by budget
         "acceptance_rate": total.acceptance_rate,
         "mean_accepted_length": total.mean_accepted_length,
         "seconds_per_example": single.seconds / n_single if n_single else None,

@@ -1,0 +1,150 @@
+"""Peak resident memory and wall time of each workflow stage on the embedded pair, one small job
+each, measured by GNU time (``/usr/bin/time -f "%M %e"``) around the very command the rule runs.
+
+    python benchmarks/stage_memory.py --out benchmarks/results/stage-memory.json [--convert]
+
+``--convert`` also times the one-time GGUF -> safetensors conversion of the 1.5B target into a
+scratch cache (the GGUF files are linked from the real cache, nothing is downloaded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET, DRAFT = "embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b"
+
+
+def measure(name: str, command: list[str], env: dict[str, str] | None = None) -> dict:
+    """Run ``command`` under GNU time; its peak RSS (GiB) and wall seconds."""
+    run = subprocess.run(
+        ["/usr/bin/time", "-f", "%M %e", *command], capture_output=True, text=True, env=env, check=False
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"{name} failed ({run.returncode}): {run.stderr[-2000:]}")
+    kib, seconds = run.stderr.strip().splitlines()[-1].split()
+    ready = [line for line in run.stderr.splitlines() if "ready to decode" in line]
+    row = {"stage": name, "peak_rss_gib": int(kib) / 2**20, "wall_seconds": float(seconds)}
+    if ready:
+        row["log"] = ready[-1].strip()
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--convert", action="store_true")
+    args = parser.parse_args()
+    exe = str(Path(sys.executable).with_name("diversed"))
+    work = Path(tempfile.mkdtemp(prefix="diversed-stages-"))
+    models = ["--target", TARGET, "--draft", DRAFT]
+    rows = []
+    try:
+        if args.convert:
+            from diversed.embedded import cache_dir
+
+            scratch = work / "cache"
+            scratch.mkdir()
+            (scratch / "gguf").symlink_to(cache_dir() / "gguf")
+            env = {**os.environ, "DIVERSED_CACHE": str(scratch)}
+            rows.append(measure("convert 1.5B (once)", [exe, "models", "fetch", "qwen2.5-coder-1.5b"], env))
+        traces, head = work / "traces", work / "head"
+        rows.append(
+            measure(
+                "collect-traces (2 MBPP train prompts x 32 tokens, B=2)",
+                [
+                    exe,
+                    "collect-traces",
+                    "--dataset",
+                    "mbpp",
+                    *models,
+                    "--n-examples",
+                    "2",
+                    "--max-new-tokens",
+                    "32",
+                    "--batch-size",
+                    "2",
+                    "--behaviour-weights",
+                    "0.5",
+                    "--quiet",
+                    "--out",
+                    str(traces),
+                ],
+            )
+        )
+        rows.append(
+            measure("train-head", [exe, "train-head", "--traces", str(traces), "--out", str(head), "--quiet"])
+        )
+        for method, extra in (("auto", []), ("sd", []), ("diversed", ["--head", str(head)])):
+            out = work / f"{method}.jsonl"
+            rows.append(
+                measure(
+                    f"decode {method} (2 HumanEval prompts x 32 tokens, B=2)",
+                    [
+                        exe,
+                        "decode",
+                        "--dataset",
+                        "humaneval",
+                        "--n-examples",
+                        "2",
+                        "--max-new-tokens",
+                        "32",
+                        "--method",
+                        method,
+                        *models,
+                        "--batch-size",
+                        "2",
+                        "--out",
+                        str(out),
+                        *extra,
+                    ],
+                )
+            )
+        score = work / "sd.json"
+        rows.append(
+            measure(
+                "score",
+                [exe, "score", "--dataset", "humaneval", "--in", str(work / "sd.jsonl"), "--out", str(score)],
+            )
+        )
+        rows.append(
+            measure(
+                "report",
+                [
+                    exe,
+                    "report",
+                    "--scores",
+                    str(score),
+                    "--tables",
+                    str(work / "t" / "main"),
+                    "--plots",
+                    str(work / "plots"),
+                ],
+            )
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    import torch
+
+    record = {
+        "stages": rows,
+        "dtype": "auto -> " + ("bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"),
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join(sys.argv),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
