@@ -4,7 +4,9 @@ Used by the CLI (``diversed --track STAGE ...``), never by the decoding core. Th
 ``MLFLOW_TRACKING_URI``, else SQLite at ``results/mlflow/mlruns.db``; the parent run's id is read
 from ``results/mlflow/parent_run_id`` (written by the Snakefile's ``onstart``), which reaches jobs
 on any executor through the shared file system. Telemetry is off. Tracking never fails a job: any
-error becomes a warning.
+error becomes a warning, and a line in ``results/mlflow/failed_logs``; at the end of the run the
+invocation records how many jobs failed to log (``jobs_failed_to_log``) and ``snakemake`` prints
+it, so a run whose jobs are missing from the UI says so.
 """
 
 from __future__ import annotations
@@ -18,6 +20,17 @@ from typing import Any
 
 EXPERIMENT = "diversed"
 DEFAULT_DIR = Path("results") / "mlflow"
+FAILED_LOGS = "failed_logs"
+
+
+def record_failure(stage: str, err: Exception, root: Path = DEFAULT_DIR) -> None:
+    """One line per job that could not be logged (an append of one short line is atomic)."""
+    warnings.warn(f"MLflow logging failed for {stage}: {err}", stacklevel=3)
+    with contextlib.suppress(OSError):
+        root.mkdir(parents=True, exist_ok=True)
+        first_line = (str(err).splitlines() or [type(err).__name__])[0][:200]
+        with (root / FAILED_LOGS).open("a") as log:
+            log.write(f"{os.getpid()} {stage}: {first_line}\n")
 
 
 def tracking_uri(root: Path = DEFAULT_DIR) -> str:
@@ -50,26 +63,41 @@ def start_invocation(root: Path = DEFAULT_DIR, tags: dict[str, str] | None = Non
             tags=tags or {},
         )
         (root / "parent_run_id").write_text(run.info.run_id)
+        (root / FAILED_LOGS).unlink(missing_ok=True)
         return run.info.run_id
     except Exception as err:  # noqa: BLE001 - tracking must never fail the workflow
         warnings.warn(f"MLflow tracking is off for this invocation: {err}", stacklevel=2)
         return None
 
 
-def end_invocation(status: str, root: Path = DEFAULT_DIR) -> None:
+def end_invocation(status: str, root: Path = DEFAULT_DIR) -> int:
+    """Close the parent run with how many jobs failed to log (returned, and printed when any)."""
+    failed_log = root / FAILED_LOGS
+    failed = (
+        {line.split(":")[0] for line in failed_log.read_text().splitlines()} if failed_log.exists() else set()
+    )
+    if failed:
+        print(f"MLflow: {len(failed)} job(s) could not be logged; see {failed_log}")
     try:
         path = root / "parent_run_id"
         if path.exists():
-            _mlflow(root).MlflowClient().set_terminated(path.read_text().strip(), status)
+            client = _mlflow(root).MlflowClient()
+            run_id = path.read_text().strip()
+            client.log_metric(run_id, "jobs_failed_to_log", len(failed))
+            client.set_terminated(run_id, status)
     except Exception as err:  # noqa: BLE001
         warnings.warn(f"could not close the MLflow parent run: {err}", stacklevel=2)
+    return len(failed)
 
 
 class JobRun:
     """What a job logs; every call is a no-op when tracking is unavailable."""
 
-    def __init__(self, mlflow: Any | None) -> None:
+    def __init__(self, mlflow: Any | None, stage: str = "", root: Path = DEFAULT_DIR) -> None:
         self.mlflow = mlflow
+        self.stage = stage
+        self.root = root
+        self.failed = False
 
     def _safe(self, fn, *args, **kwargs) -> None:
         if self.mlflow is None:
@@ -77,7 +105,9 @@ class JobRun:
         try:
             fn(*args, **kwargs)
         except Exception as err:  # noqa: BLE001
-            warnings.warn(f"MLflow logging failed: {err}", stacklevel=3)
+            if not self.failed:  # one line per job
+                record_failure(self.stage, err, self.root)
+            self.failed = True
 
     def params(self, values: dict[str, Any]) -> None:
         flat = {k: str(v)[:500] for k, v in values.items() if v is not None}
@@ -111,7 +141,9 @@ def job_run(stage: str, root: Path = DEFAULT_DIR) -> Iterator[JobRun]:
         active = mlflow.start_run(run_name=stage, tags=tags)
     except Exception as err:  # noqa: BLE001
         warnings.warn(f"MLflow tracking is off for this job: {err}", stacklevel=3)
+        if (root / "parent_run_id").exists():  # inside a tracked invocation: count it
+            record_failure(stage, err, root)
         yield JobRun(None)
         return
     with active:  # ends the run FINISHED, or FAILED if the job raised
-        yield JobRun(mlflow)
+        yield JobRun(mlflow, stage, root)

@@ -21,9 +21,13 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def snakemake(
+    workdir: Path, *args: str, check: bool = True, tracking_uri: str | None = None
+) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "MLFLOW_DISABLE_TELEMETRY": "true"}
     env.pop("MLFLOW_TRACKING_URI", None)
+    if tracking_uri:
+        env["MLFLOW_TRACKING_URI"] = tracking_uri
     done = subprocess.run(
         [str(BIN / "snakemake"), *args], cwd=workdir, env=env, capture_output=True, text=True, check=False
     )
@@ -48,12 +52,16 @@ def write_config(workdir: Path, name: str, edit) -> str:
     return f"config/{name}"
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("wf")
+def copy_workflow(root: Path) -> Path:
     for item in ("Snakefile", "workflow", "config", "profiles", "diversed"):
         source = REPO / item
         (shutil.copytree if source.is_dir() else shutil.copy)(source, root / item)
+    return root
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    root = copy_workflow(tmp_path_factory.mktemp("wf"))
     snakemake(root, "--configfile", "config/ci.yaml")
     return root
 
@@ -142,3 +150,16 @@ def test_every_job_is_an_mlflow_child_run(workdir):
     children = [r for r in runs if parents.get(r) in invocations]
     assert {runs[c] for c in children} >= {"decode", "score", "report"}
     assert statuses == {"FINISHED"}
+
+
+def test_a_job_that_could_not_log_is_counted_and_printed(tmp_path, monkeypatch):
+    from diversed import tracking
+
+    root = tmp_path / "mlflow"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store.db'}")
+    assert tracking.start_invocation(root) is not None
+    with tracking.job_run("decode", root) as run:
+        run.mlflow = None  # a job that logs fine
+    with tracking.job_run("score", root) as run, pytest.warns(UserWarning, match="logging failed for score"):
+        run.metrics({"bad name!": 1.0})  # MLflow rejects the metric name
+    assert tracking.end_invocation("FINISHED", root) == 1
