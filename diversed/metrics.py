@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from statistics import fmean
 
 ROUGE_KEYS = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+# The one figure of each task metric that tables, plots and intervals report as its quality.
+QUALITY = {"accuracy": "accuracy", "rouge": "rouge2", "bleu": "bleu", "pass@1": "pass@1"}
 
 
 def rouge(predictions: Sequence[str], references: Sequence[str]) -> dict[str, float]:

@@ -24,8 +24,8 @@ from typing import Any
 from diversed import bootstrap
 from diversed.data import get_task
 from diversed.engine.stats import leviathan_speedup
+from diversed.metrics import QUALITY
 
-QUALITY = {"accuracy": "accuracy", "rouge": "rouge2", "bleu": "bleu", "pass@1": "pass@1"}
 CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example")
 METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "diversed": 5}
 

@@ -10,7 +10,7 @@ from typing import Any
 from diversed import bootstrap
 from diversed.data import DataError, get_task, load_records
 from diversed.engine.stats import GenerationStats
-from diversed.metrics import accuracy, bleu, pass_at_1, rouge, rouge2_per_example
+from diversed.metrics import QUALITY, accuracy, bleu, pass_at_1, rouge, rouge2_per_example
 from diversed.sandbox import run_program
 
 
@@ -135,8 +135,7 @@ def confidence_intervals(dataset: str, examples: list[dict[str, Any]]) -> dict[s
     task = get_task(dataset)
     corpus = bootstrap.corpus_bleu_quality if task.metric == "bleu" else None
     found = bootstrap.intervals(bootstrap.columns(examples), corpus)
-    quality_name = {"rouge": "rouge2"}.get(task.metric, task.metric)
-    found[f"{quality_name}_ci"] = found.pop("quality_ci")
+    found[f"{QUALITY[task.metric]}_ci"] = found.pop("quality_ci")
     return found
 
 
