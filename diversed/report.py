@@ -18,6 +18,7 @@ prediction from the measured acceptance alpha, draft/target step ratio c and ver
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,10 @@ def setting_label(s: dict[str, Any]) -> str:
         if s.get("schedule", "constant") != "constant":
             parts.append(s["schedule"])
     parts.append(f"T={s['temperature']:g}")
-    head = Path(s["head"]).name if s.get("head") else None
+    head = None
+    if s.get("head"):  # results/heads/<train dataset>/r<round>
+        path = Path(s["head"])
+        head = path.parent.name if re.fullmatch(r"r\d+", path.name) else path.name
     if head and head != s.get("dataset"):
         parts.append(f"(head: {head.replace('.', '/')})")  # a head trained on another task or split
     return " ".join(parts)

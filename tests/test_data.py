@@ -182,8 +182,9 @@ def test_tables_label_a_head_trained_on_another_task():
 
     base = {"method": "diversed", "num_assistant_tokens": 4, "temperature": 1.0, "dataset": "humaneval"}
     assert setting_label({**base, "head": "results/heads/mbpp"}).endswith("(head: mbpp)")
-    assert setting_label({**base, "head": "results/heads/humaneval"}) == "diversed k=4 T=1"
-    wmt = {**base, "dataset": "wmt", "head": "results/heads/wmt.validation"}
+    assert setting_label({**base, "head": "results/heads/mbpp/r2"}).endswith("(head: mbpp)")  # a round
+    assert setting_label({**base, "head": "results/heads/humaneval/r1"}) == "diversed k=4 T=1"
+    wmt = {**base, "dataset": "wmt", "head": "results/heads/wmt.validation/r1"}
     assert setting_label(wmt).endswith("(head: wmt/validation)")
 
 

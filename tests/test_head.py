@@ -13,7 +13,15 @@ from diversed.data.tasks import CNNDM
 from diversed.head import EnsembleHead, HeadError, load_head, save_head
 from diversed.tiny import write_tiny_pair
 from diversed.traces import Trajectory
-from diversed.train import TrainConfig, train_head
+from diversed.train import (
+    TrainConfig,
+    evaluate,
+    head_weights,
+    resolve_baseline,
+    select_head,
+    split_by_prompt,
+    train_head,
+)
 
 
 @pytest.mark.parametrize("hidden", [0, 16])
@@ -84,17 +92,38 @@ def synthetic_traces(n: int, seed: int = 0) -> tuple[list[Trajectory], torch.Ten
     return trajectories, hard.repeat(n)
 
 
+def _weights_by_class(trajectories, hard, **settings):
+    cfg = TrainConfig(epochs=40, batch_size=8, lr=5e-2, warmup_steps=5, seed=0, **settings)
+    head, figures = train_head(trajectories, cfg, progress=False)
+    w = head_weights(head, trajectories)
+    return float(w[~hard].mean()), float(w[hard].mean()), figures
+
+
 def test_training_learns_where_the_draft_can_be_trusted():
     trajectories, hard = synthetic_traces(64)
-    cfg = TrainConfig(epochs=40, batch_size=8, lr=5e-2, warmup_steps=5, reg_lambda=0.1, seed=0)
-    head, figures = train_head(trajectories, cfg, progress=False)
-    with torch.no_grad():
-        w = torch.cat([head(t.tensors["h_draft"], t.tensors["h_target"]) for t in trajectories])
-    assert w[~hard].mean() < 0.3  # trust the draft where it is right: more acceptance at no cost
-    assert w[hard].mean() > 0.55  # lean on the target where the draft's tokens cost reward
-    # (PPO clipping at 0.2 bounds how far one round of traces moves w from the behaviour's 0.5)
+    easy_w, hard_w, figures = _weights_by_class(trajectories, hard, reg_lambda=1.0)
+    assert easy_w < 0.1  # trust the draft where it is right: more acceptance at no cost
+    assert hard_w > 0.35  # keep the target where the draft's tokens cost reward
     start = 1 - 0.5 * (abs(EASY[0] - EASY[1]) + abs(HARD[0] - HARD[1])) / 2
     assert figures["expected_acceptance"] > start
+
+
+@pytest.mark.parametrize("rewards", ["graded", "pass/fail"])
+def test_new_objective_stays_non_degenerate_over_ten_times_lambda_where_the_old_collapses(rewards):
+    """Across lambda in [1, 10] the relative, trust-region acceptance term keeps w low on easy
+    contexts and well above it on hard ones; the old fixed-lambda loss drives every w to ~0
+    ("always trust the draft") at the top of the same range, with graded and with sparse
+    pass/fail rewards (where the baseline is r - 1)."""
+    trajectories, hard = synthetic_traces(64)
+    if rewards == "pass/fail":
+        trajectories = [Trajectory(t.id, float(t.reward >= 0.8), t.tensors) for t in trajectories]
+    for lam in (1.0, 3.0, 10.0):
+        easy_w, hard_w, _ = _weights_by_class(trajectories, hard, reg_lambda=lam)
+        assert easy_w < 0.15 and hard_w > 0.35 and hard_w - easy_w > 0.25, (lam, easy_w, hard_w)
+    easy_w, hard_w, _ = _weights_by_class(
+        trajectories, hard, reg_lambda=10.0, reg_scale="fixed", baseline="batch"
+    )
+    assert hard_w < 0.05 and easy_w < 0.05  # the old objective collapsed
 
 
 def test_positive_lambda_raises_acceptance():
@@ -104,6 +133,45 @@ def test_positive_lambda_raises_acceptance():
         _, figures = train_head(trajectories, TrainConfig(epochs=10, lr=5e-2, reg_lambda=lam), progress=False)
         accept[lam] = figures["expected_acceptance"]
     assert accept[1.0] > accept[0.01]
+
+
+def test_auto_baseline_is_r_minus_one_for_pass_fail_rewards_only():
+    trajectories, _ = synthetic_traces(4)
+    assert resolve_baseline("auto", trajectories) == "running"
+    binary = [Trajectory(t.id, float(i % 2), t.tensors) for i, t in enumerate(trajectories)]
+    assert resolve_baseline("auto", binary) == "minus_one"
+    assert resolve_baseline("batch", binary) == "batch"
+
+
+def test_selection_holds_out_whole_prompts_and_follows_its_rule():
+    trajectories, _ = synthetic_traces(40)
+    # two behaviours per prompt, as collect-traces writes them: ids "<example>@<behaviour>"
+    trajectories = [
+        Trajectory(f"p{i // 2}@w{i % 2}", t.reward, t.tensors) for i, t in enumerate(trajectories)
+    ]
+    train, validation = split_by_prompt(trajectories, 0.25, seed=1)
+    prompts = lambda ts: {t.id.split("@")[0] for t in ts}  # noqa: E731
+    assert len(prompts(validation)) == 5 and not prompts(train) & prompts(validation)
+    cfg = TrainConfig(epochs=3, batch_size=8, lr=5e-2, warmup_steps=2, seed=1)
+    logged = []
+    head, record = select_head(
+        trajectories, cfg, [0.1, 1.0, 10.0], 0.25, log_step=lambda s, f: logged.append(f)
+    )
+    candidates = record["candidates"]
+    assert [(c["reg_lambda"], c["epoch"]) for c in candidates] == [
+        (lam, e) for lam in (0.1, 1.0, 10.0) for e in (1, 2, 3)
+    ]
+    eligible = [c for c in candidates if c["val_reward_gain"] >= 0]
+    best = (
+        max(eligible, key=lambda c: c["val_acceptance"])
+        if eligible
+        else max(candidates, key=lambda c: c["val_reward_gain"])
+    )
+    assert record["chosen"] == best and record["validation_sequences"] == 10
+    assert evaluate(head, validation, record["baseline"], 0.0)["val_acceptance"] == pytest.approx(
+        best["val_acceptance"]
+    )
+    assert any("val_acceptance" in f for f in logged) and any("mean_weight" in f for f in logged)
 
 
 @pytest.fixture(scope="module")

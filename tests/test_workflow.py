@@ -6,6 +6,7 @@ config values and library modules and ask Snakemake (dry runs) what it would rer
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -80,6 +81,22 @@ def test_whole_dag_produces_tables_plots_and_report(workdir):
     assert "delta pass@1" in paired and "delta acceptance" in paired and "lossy" in paired
     snakemake(workdir, "--configfile", "config/ci.yaml", "--report", "results/report.html")
     assert (workdir / "results/report.html").stat().st_size > 100_000
+
+
+def test_head_rounds_chain_and_the_diversed_cell_uses_the_last(workdir):
+    if not os.environ.get("DIVERSED_DATA_DIR"):
+        pytest.skip("HumanEval's head trains on MBPP train: set DIVERSED_DATA_DIR (.ci/run does)")
+    heads = workdir / "results" / "heads" / "mbpp"
+    card = json.loads((heads / "r2" / "head.json").read_text())
+    assert card["init"] == "results/heads/mbpp/r1" and len(card["traces"]) == 2
+    assert card["selection"]["chosen"] in card["selection"]["candidates"]
+    assert {"w_mean", "w_std", "w_below_0.1", "w_above_0.9"} <= set(card["metrics"])
+    assert (heads / "r2" / "w_histogram.png").stat().st_size > 0
+    second = json.loads((workdir / "results" / "traces" / "mbpp" / "r2" / "manifest.json").read_text())
+    assert second["settings"]["head"] == "results/heads/mbpp/r1"  # round 2 sampled from round 1's head
+    decoded = json.loads((workdir / "results" / "scores" / "humaneval" / "diversed-k3-T0.json").read_text())
+    assert decoded["settings"]["head"] == "results/heads/mbpp/r2"
+    assert "diversed k=3 T=0 (head: mbpp)" in (workdir / "results/tables/main.md").read_text()
 
 
 def test_second_run_has_nothing_to_do(workdir):

@@ -38,21 +38,41 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
 
 
 def cmd_train_head(args: argparse.Namespace) -> int:
-    from diversed.train import TrainConfig, train_from_traces
+    from diversed.train import TrainConfig, plot_weight_histogram, train_from_traces
 
-    if args.reg_lambda <= 0:
-        raise ConfigError(f"reg_lambda: {args.reg_lambda} must be > 0 (it rewards accepted drafts)")
+    for lam in args.reg_lambda:
+        if lam <= 0:
+            raise ConfigError(f"reg_lambda: {lam} must be > 0 (it rewards accepted drafts)")
+    if not 0 <= args.validation_share < 1:
+        raise ConfigError(f"validation_share: {args.validation_share} is not in [0, 1)")
     cfg = TrainConfig(
         epochs=args.epochs,
         batch_size=args.batch_size,
         lr=args.lr,
-        reg_lambda=args.reg_lambda,
+        reg_lambda=args.reg_lambda[0],
+        reg_scale=args.reg_scale,
         baseline=args.baseline,
         hidden=args.hidden,
         seed=args.seed,
     )
     log_step = (lambda step, figures: args.tracker.metrics(figures, step)) if args.tracker else None
-    card = train_from_traces(args.traces, args.out, cfg, log_step=log_step, progress=not args.quiet)
+    card = train_from_traces(
+        args.traces,
+        args.out,
+        cfg,
+        args.reg_lambda,
+        args.validation_share,
+        args.tolerance,
+        args.init,
+        log_step=log_step,
+        progress=not args.quiet,
+    )
+    histogram = plot_weight_histogram(card, args.out)
+    if args.tracker:
+        args.tracker.params({"reg_lambdas": args.reg_lambda, "validation_share": args.validation_share})
+        args.tracker.metrics({f"final_{k}": v for k, v in card["metrics"].items()})
+        args.tracker.artifact(histogram)
+        args.tracker.artifact(f"{args.out}/head.json")
     print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
     return 0
 
@@ -91,16 +111,44 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
 
 def add_train_head(sub: argparse._SubParsersAction) -> None:
     tr = sub.add_parser("train-head", help="train the DIVERSED ensemble head on stored traces")
-    tr.add_argument("--traces", required=True, help="folder written by collect-traces")
+    tr.add_argument(
+        "--traces", required=True, nargs="+", help="folder(s) written by collect-traces (every round so far)"
+    )
     tr.add_argument("--out", required=True, help="head folder to write (head.safetensors + head.json)")
-    tr.add_argument("--epochs", type=int, default=4, help="passes over the traces (4)")
+    tr.add_argument("--init", help="start from this head (the previous round's)")
+    tr.add_argument("--epochs", type=int, default=4, help="passes over the traces; each is a checkpoint (4)")
     tr.add_argument("--batch-size", type=int, default=8, help="sequences per step (8)")
     tr.add_argument("--lr", type=float, default=5e-4, help="AdamW learning rate (5e-4)")
     tr.add_argument(
-        "--reg-lambda", type=float, default=0.1, help="weight of the acceptance reward, > 0 (0.1)"
+        "--reg-lambda",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        help="weight(s) of the acceptance reward, > 0; several: one head each, chosen on validation (1.0)",
     )
     tr.add_argument(
-        "--baseline", choices=["batch", "running"], default="batch", help="reward baseline (batch)"
+        "--reg-scale",
+        choices=["relative", "fixed"],
+        default="relative",
+        help="relative: lambda x the reward signal's strength, inside the trust region; fixed: the old loss",
+    )
+    tr.add_argument(
+        "--baseline",
+        choices=["auto", "batch", "running", "minus_one"],
+        default="auto",
+        help="reward baseline; auto: r - 1 for pass/fail rewards, else a running mean (auto)",
+    )
+    tr.add_argument(
+        "--validation-share",
+        type=float,
+        default=0.25,
+        help="share of the trace prompts held out to choose lambda and the epoch (0.25)",
+    )
+    tr.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.0,
+        help="largest estimated reward loss a chosen checkpoint may have on validation (0.0)",
     )
     tr.add_argument("--hidden", type=int, default=0, help="MLP width; 0 = the paper's linear head (0)")
     tr.add_argument("--seed", type=int, default=42, help="seed (42)")

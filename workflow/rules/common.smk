@@ -53,6 +53,15 @@ SETTINGS = expand(
 )
 
 
+wildcard_constraints:
+    round=r"\d+",
+    train_dataset=r"[\w.]+",
+
+
+def as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
 def head_dataset(dataset):
     """The traces that train the head used on ``dataset``: "name" (its ``head.split``) or
     "name.split", e.g. HumanEval's head learns on "mbpp" (it has no train split of its own)."""
@@ -101,5 +110,5 @@ def end_tracking(status):
 def decode_inputs(wildcards):
     inputs = {"models": "results/models/ready.json"}
     if SETTINGS[wildcards.setting]["method"] == "diversed":
-        inputs["head"] = f"results/heads/{head_dataset(wildcards.dataset)}"
+        inputs["head"] = f"results/heads/{head_dataset(wildcards.dataset)}/r{HEAD['rounds']}"
     return inputs

@@ -1,12 +1,14 @@
-# Stage 3: roll out train prompts from behaviour mixtures and store traces for head training.
-# The trace folder is not a declared output, so an interrupted collection resumes instead of restarting.
+# Stage 3: roll out train prompts and store traces for head training: round 1 from the behaviour
+# mixtures, round r > 1 from round r - 1's head on a freshly seeded subset of prompts. The trace
+# folder is not a declared output, so an interrupted collection resumes instead of restarting.
 
 
 rule collect_traces:
     input:
-        "results/models/ready.json",
+        models="results/models/ready.json",
+        head=lambda w: [f"results/heads/{w.train_dataset}/r{int(w.round) - 1}"] if int(w.round) > 1 else [],
     output:
-        "results/traces/{train_dataset}.done",
+        "results/traces/{train_dataset}/r{round}.done",
     params:
         target=MODELS["target"],
         draft=MODELS["draft"],
@@ -15,7 +17,12 @@ rule collect_traces:
         split=lambda w: head_source(w.train_dataset)[1],
         max_new_tokens=HEAD["max_new_tokens"],
         temperature=HEAD["temperature"],
-        weights=" ".join(str(w) for w in HEAD["behaviour_weights"]),
+        behaviour=lambda w, input: (
+            f"--head {input.head[0]}"
+            if input.head
+            else "--behaviour-weights " + " ".join(str(x) for x in HEAD["behaviour_weights"])
+        ),
+        seed=lambda w: HEAD["seed"] + int(w.round) - 1,
         folder=lambda w, output: output[0].removesuffix(".done"),
         flags=data_flags(),
         batch_size=HEAD["batch_size"],
@@ -25,9 +32,9 @@ rule collect_traces:
     resources:
         gpu=GPU,
     log:
-        "results/logs/traces/{train_dataset}.log",
+        "results/logs/traces/{train_dataset}/r{round}.log",
     shell:
         "(diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
-        " --behaviour-weights {params.weights} --target {params.target} --draft {params.draft}"
+        " {params.behaviour} --seed {params.seed} --target {params.target} --draft {params.draft}"
         " --batch-size {params.batch_size} --draft-length {params.draft_length} {params.flags} --quiet --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
