@@ -207,3 +207,16 @@ def load_traces(directory: str | Path) -> tuple[list[Trajectory], dict[str, Any]
     if not trajectories:
         raise DataError(f"{path} holds no non-empty traces")
     return trajectories, manifest
+
+
+def collection_figures(directory: str | Path) -> dict[str, float]:
+    """What a trace folder holds, for its MLflow run: sequences, tokens, mean reward and the share
+    of sequences with a non-zero reward (pass/fail tasks need enough of those to train on)."""
+    sequences = json.loads((Path(directory) / "manifest.json").read_text())["sequences"]
+    rewards = [s["reward"] for s in sequences]
+    return {
+        "sequences": len(sequences),
+        "tokens": sum(s["tokens"] for s in sequences),
+        "mean_reward": sum(rewards) / max(1, len(rewards)),
+        "rewarded_share": sum(r > 0 for r in rewards) / max(1, len(rewards)),
+    }

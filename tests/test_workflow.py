@@ -1,4 +1,5 @@
-"""The Snakemake workflow on config/ci.yaml: end to end, incremental reruns, config errors, MLflow.
+"""The Snakemake workflow on config/ci.yaml: end to end (jobs logging to a real MLflow server),
+incremental reruns, config errors.
 
 The workflow files and the library source are copied into a temporary folder, so the tests can edit
 config values and library modules and ask Snakemake (dry runs) what it would rerun.
@@ -10,9 +11,14 @@ import json
 import os
 import re
 import shutil
-import sqlite3
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -60,10 +66,74 @@ def copy_workflow(root: Path) -> Path:
     return root
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rest(server: str, endpoint: str, body: dict | None = None) -> dict:
+    """One call of the MLflow REST API (GET, or POST with a JSON body)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{server}/api/2.0/mlflow/{endpoint}", data=data)
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
+def mlflow_server(tmp_path_factory) -> Iterator[str]:
+    """A real `mlflow server` on 127.0.0.1 with its own store, as users browse runs."""
+    store = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+    server = subprocess.Popen(
+        [
+            str(BIN / "mlflow"),
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{store / 'mlflow.db'}",
+            "--default-artifact-root",
+            (store / "artifacts").as_uri(),
+        ],
+        cwd=store,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(store / "server.log", "w"),  # noqa: SIM115
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=5):
+                    break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError((store / "server.log").read_text()[-3000:]) from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, mlflow_server) -> Path:
+    """The whole ci workflow, two jobs at a time, every job logging to the real server."""
     root = copy_workflow(tmp_path_factory.mktemp("wf"))
-    snakemake(root, "--configfile", "config/ci.yaml")
+    snakemake(root, "--configfile", "config/ci.yaml", "--cores", "2", tracking_uri=mlflow_server)
     return root
 
 
@@ -155,18 +225,35 @@ def test_bad_config_stops_naming_the_key(workdir, edit, message):
     assert message in done.stdout + done.stderr
 
 
-def test_every_job_is_an_mlflow_child_run(workdir):
-    with sqlite3.connect(workdir / "results/mlflow/mlruns.db") as db:
-        runs = dict(db.execute("select run_uuid, name from runs").fetchall())
-        parents = dict(
-            db.execute("select run_uuid, value from tags where key = 'mlflow.parentRunId'").fetchall()
-        )
-        statuses = {status for (status,) in db.execute("select status from runs")}
-    invocations = [r for r, name in runs.items() if name == "snakemake-invocation"]
-    assert len(invocations) >= 1
-    children = [r for r in runs if parents.get(r) in invocations]
-    assert {runs[c] for c in children} >= {"decode", "score", "report"}
-    assert statuses == {"FINISHED"}
+def test_every_job_is_a_finished_child_run_on_the_mlflow_server(workdir, mlflow_server):
+    """Through the REST API, as the UI reads it: the invocation run and one FINISHED child per
+    tracked job, each with its params, metrics and artifacts."""
+    experiment = rest(mlflow_server, "experiments/get-by-name?experiment_name=diversed")["experiment"]
+    runs = rest(
+        mlflow_server, "runs/search", {"experiment_ids": [experiment["experiment_id"]], "max_results": 1000}
+    )
+    runs = runs["runs"]
+    tags = {r["info"]["run_id"]: {t["key"]: t["value"] for t in r["data"].get("tags", [])} for r in runs}
+    invocations = [r for r in runs if r["info"]["run_name"] == "snakemake-invocation"]
+    assert len(invocations) == 1 and invocations[0]["info"]["status"] == "FINISHED"
+    parent = invocations[0]["info"]["run_id"]
+    assert {m["key"]: m["value"] for m in invocations[0]["data"]["metrics"]}["jobs_failed_to_log"] == 0
+    children = [r for r in runs if tags[r["info"]["run_id"]].get("mlflow.parentRunId") == parent]
+    assert len(children) == len(runs) - 1  # nothing logged outside the invocation
+    per_stage = Counter(r["info"]["run_name"] for r in children)
+    decoded = len(list((workdir / "results" / "decode" / "humaneval").glob("*.jsonl")))
+    assert per_stage["decode"] == per_stage["score"] == decoded and per_stage["report"] == 1
+    if os.environ.get("DIVERSED_DATA_DIR"):  # the head's two rounds
+        assert per_stage["collect_traces"] == per_stage["train_head"] == 2
+    for run in children:
+        name = run["info"]["run_name"]
+        assert run["info"]["status"] == "FINISHED", run["info"]
+        assert run["data"].get("params"), name
+        assert run["data"].get("metrics") or name == "report", name  # the report's products are files
+    for stage in ("decode", "report"):
+        run = next(r for r in children if r["info"]["run_name"] == stage)
+        files = rest(mlflow_server, f"artifacts/list?run_id={run['info']['run_id']}").get("files", [])
+        assert files, f"the {stage} run has no artifacts"
 
 
 def test_a_job_that_could_not_log_is_counted_and_printed(tmp_path, monkeypatch):

@@ -51,6 +51,14 @@ def run_tracked(args: argparse.Namespace) -> int:
         out = Path(args.out) if getattr(args, "out", None) else None
         if out is not None and out.suffix == ".json" and out.is_file():
             run.metrics(json.loads(out.read_text()))
+        if out is not None and ".jsonl" in out.suffixes and out.is_file():  # a decode job: its efficiency
+            from diversed.score import efficiency, read_records
+
+            run.metrics(efficiency(read_records(out)))
+        if out is not None and (out / "manifest.json").is_file():  # a trace collection
+            from diversed.traces import collection_figures
+
+            run.metrics(collection_figures(out))
         if out is not None and (out / "head.json").is_file():
             run.metrics(json.loads((out / "head.json").read_text()).get("metrics", {}))
         if out is not None:

@@ -24,6 +24,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     rows = load_scores(args.scores)
     for path in write_tables(rows, args.tables) + write_plots(rows, args.plots):
         print(path)
+        if args.tracker:  # the tables and plots, beside the runs they summarise
+            args.tracker.artifact(path)
     return 0
 
 
