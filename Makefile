@@ -12,7 +12,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 DIVERSED_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data)))
 export DIVERSED_DATA_DIR
 
-.PHONY: test reproduce models lint bench bench-qwen clean
+.PHONY: test test-slurm reproduce study models lint bench bench-qwen clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ test: $(STAMP)
 	$(BIN)/ruff check diversed tests benchmarks
 	$(BIN)/python -m pytest
 
+# The cluster path on a real one-node SLURM (root: installs slurm-wlm/munge; else skips saying why).
+test-slurm: $(STAMP)
+	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e ".[slurm]"
+	tests/slurm/run.sh
+
 models: $(STAMP)
 	$(BIN)/diversed models fetch
 
@@ -38,6 +43,11 @@ reproduce: models
 	@echo "plots:   results/plots/"
 	@echo "report:  results/report.html"
 	@echo "mlflow:  $(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow/mlruns.db"
+
+# The CPU study (config/cpu-study.yaml): hours on 2 cores, resumable; results in runs/cpu-study/.
+study: models
+	$(BIN)/snakemake --configfile config/cpu-study.yaml --directory runs/cpu-study
+	$(BIN)/snakemake --configfile config/cpu-study.yaml --directory runs/cpu-study --report report.html
 
 lint: $(STAMP)
 	$(BIN)/ruff check diversed tests benchmarks

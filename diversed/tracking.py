@@ -147,3 +147,18 @@ def job_run(stage: str, root: Path = DEFAULT_DIR) -> Iterator[JobRun]:
         return
     with active:  # ends the run FINISHED, or FAILED if the job raised
         yield JobRun(mlflow, stage, root)
+
+
+def stage_times(root: Path = DEFAULT_DIR) -> dict[str, dict[str, float]]:
+    """Jobs and summed wall seconds per stage over every finished run of the store: the per-stage
+    times a study's record reports (jobs that ran in parallel each count their own time)."""
+    client = _mlflow(root).MlflowClient()
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    times: dict[str, dict[str, float]] = {}
+    for run in client.search_runs([experiment.experiment_id], max_results=50_000):
+        stage = run.data.tags.get("stage")
+        if stage and run.info.status == "FINISHED" and run.info.end_time:
+            entry = times.setdefault(stage, {"jobs": 0, "seconds": 0.0})
+            entry["jobs"] += 1
+            entry["seconds"] += (run.info.end_time - run.info.start_time) / 1000
+    return times

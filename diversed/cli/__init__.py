@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_models(sub)
     results.add_report(sub)
     tools.add_doctor(sub)
+    tools.add_stage_times(sub)
     head.add_collect_traces(sub)
     head.add_train_head(sub)
     decoding.add_bench(sub)

@@ -1,4 +1,4 @@
-"""Commands around the data and the models: ``data``, ``models``, ``doctor``."""
+"""Commands around the data, the models and the runs: ``data``, ``models``, ``doctor``, ``stage-times``."""
 
 from __future__ import annotations
 
@@ -121,3 +121,22 @@ def add_doctor(sub: argparse._SubParsersAction) -> None:
     doc = sub.add_parser("doctor", help="check the installation, models, datasets and tracking store")
     add_data_flags(doc)
     doc.set_defaults(func=cmd_doctor)
+
+
+def cmd_stage_times(args: argparse.Namespace) -> int:
+    from diversed.tracking import stage_times
+
+    print(json.dumps(stage_times(Path(args.store)), indent=2))
+    return 0
+
+
+def add_stage_times(sub: argparse._SubParsersAction) -> None:
+    times = sub.add_parser(
+        "stage-times", help="jobs and wall seconds per workflow stage, from the MLflow store"
+    )
+    times.add_argument(
+        "--store",
+        default="results/mlflow",
+        help="the workflow's MLflow folder (results/mlflow); MLFLOW_TRACKING_URI wins",
+    )
+    times.set_defaults(func=cmd_stage_times)
