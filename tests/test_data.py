@@ -102,6 +102,25 @@ def test_mbpp_extraction_keeps_imports_and_drops_fences():
     assert get_task("mbpp").extract(completion, {}) == "import math\ndef f(x):\n    return math.sqrt(x)"
 
 
+@pytest.mark.parametrize(
+    "completion",
+    [
+        # a stray fence before the real block (seen on MBPP train traces)
+        "```\n\nHere is the code:\n\n```python\ndef f(x):\n    return x + 1\n```\nIt adds one.",
+        # the model's own tests, cut off by the token budget in the middle of a line
+        "def f(x):\n    return x + 1\n\n# Test\nassert f(1) == 2\nassert f(2) == [(1, 2), (3",
+        # prose after the function, no fence at all
+        "def f(x):\n    return x + 1\n\nThis function adds one to x.",
+    ],
+)
+def test_mbpp_extraction_keeps_the_function_whatever_follows(completion):
+    code = get_task("mbpp").extract(completion, {})
+    assert code.startswith("def f(x):\n    return x + 1")
+    namespace: dict = {}
+    exec(compile(code, "<test>", "exec"), namespace)  # noqa: S102 - our own literal code
+    assert namespace["f"](1) == 2
+
+
 def test_humaneval_extraction_appends_completion_to_prompt():
     record = {"prompt": "def add(a, b):\n    '''Add.'''\n", "entry_point": "add"}
     task = get_task("humaneval")

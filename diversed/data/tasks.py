@@ -222,18 +222,39 @@ class MBPP(Task):
 
 
 def code_from_first_def(completion: str) -> str:
-    """Code starting at the first ``def`` (imports just above it kept), fences removed."""
-    code = _code_block(completion)
-    lines = code.split("\n")
+    """The program a completion writes, from its first top-level ``def`` (imports just above kept).
+
+    It ends before a fence line or a top-level test (``assert``, ``print(``, ``if __name__``), and
+    is then cut back, whole top-level blocks at a time, to the longest prefix that compiles: a
+    model that writes a correct function and then prose, or tests cut off by the token budget,
+    still gets its function run. Without a ``def``, the first fenced block (or the text).
+    """
+    lines = completion.split("\n")
     start = next((i for i, line in enumerate(lines) if line.startswith("def ")), None)
     if start is None:
-        return code.strip()
+        return _code_block(completion).strip()
     first, above = start, start - 1
     while above >= 0 and (not lines[above].strip() or lines[above].startswith(("import ", "from "))):
         if lines[above].strip():
             first = above
         above -= 1
-    return "\n".join(lines[first:]).split("\nif __name__")[0].rstrip()
+    end = next(
+        (
+            i
+            for i in range(start + 1, len(lines))
+            if lines[i].startswith(("```", "assert ", "print(", "if __name__"))
+        ),
+        len(lines),
+    )
+    boundaries = [i for i in range(start + 1, end) if lines[i][:1] not in ("", " ", "\t")]
+    for stop in [end, *reversed(boundaries)]:
+        code = "\n".join(lines[first:stop]).rstrip()
+        try:
+            compile(code, "<completion>", "exec")
+        except (SyntaxError, ValueError):
+            continue
+        return code
+    return "\n".join(lines[first:end]).rstrip()
 
 
 class HumanEval(Task):

@@ -8,7 +8,7 @@ rule score:
         "results/scores/{dataset}/{setting}.json",
     params:
         flags=data_flags() + f" --sandbox {config['score']['sandbox']}",
-        src=src_hash("score.py", "metrics.py", "bootstrap.py", "sandbox"),
+        src=src_hash("score.py", "metrics.py", "bootstrap.py", "sandbox", "data/tasks.py"),
     log:
         "results/logs/score/{dataset}/{setting}.log",
     shell:
