@@ -372,7 +372,10 @@ def _speedup_plot(rows, datasets, out: Path, plt) -> list[Path]:
         ax.set_title(dataset)
         ax.set_xlabel("draft length k")
         ax.set_ylabel("speed-up over auto")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+        else:  # no auto cell to measure against yet
+            ax.text(0.5, 0.5, "no auto run at this temperature", ha="center", transform=ax.transAxes)
     fig.tight_layout()
     paths = []
     for suffix in (".png", ".svg"):
