@@ -121,3 +121,32 @@ def paired_differences(
         out[name] = value if np.isfinite(value) else None
         out[f"{name}_ci"] = percentile_interval(spread)
     return out
+
+
+def above_curve(
+    mine: dict[str, np.ndarray],
+    low: dict[str, np.ndarray],
+    high: dict[str, np.ndarray],
+    corpus_quality: Callable | None = None,
+    seed: int = SEED,
+) -> tuple[float | None, list[float] | None]:
+    """Quality of ``mine`` minus the curve's quality at its acceptance, with a paired 95% interval.
+
+    The curve is the straight line between two settings (``low`` and ``high``, e.g. neighbouring
+    static weights) in (acceptance, quality); all three are columns of the same examples, resampled
+    together, and each resample interpolates at its own acceptances. Positive: above the curve.
+    """
+    index = resamples(len(mine["count"]), seed=seed)
+    full = np.arange(len(mine["count"]))[None, :]
+    quality = corpus_quality or FIGURES["quality"]
+    accept = FIGURES["acceptance_rate"]
+
+    def gap(sample: np.ndarray) -> np.ndarray:
+        sums = [_sums(cols, sample) for cols in (mine, low, high)]
+        (a_me, a_lo, a_hi), (q_me, q_lo, q_hi) = ([f(x) for x in sums] for f in (accept, quality))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = (a_me - a_lo) / (a_hi - a_lo)
+        return q_me - (q_lo + t * (q_hi - q_lo))
+
+    point = float(gap(full)[0])
+    return (point if np.isfinite(point) else None), percentile_interval(gap(index))

@@ -9,10 +9,12 @@ quality metric, seconds per example (each printed as ``value [low, high]``; the 
 run), both measured at batch 1 as the paper does, and the job's throughput at its decoding batch
 size; each timing column names its batch size. ``paired_vs_sd.{md,csv}``: each setting minus ``sd``
 at the same temperature and draft length on the same examples (quality and acceptance, paired
-intervals). Plots, one panel per dataset and temperature: quality against acceptance and against
-time, with error bars, the static-ensemble sweep as a labelled line, a marker per method and
-DIVERSED distinct (the paper's Pareto picture); speed-up against draft length with Leviathan's
-prediction from the measured acceptance alpha, draft/target step ratio c and verification cost.
+intervals), and for DIVERSED and the other non-static rules their quality minus the static sweep's
+at the same acceptance (above the curve when positive; paired over the three settings' examples).
+Plots, one panel per dataset and temperature: quality against acceptance and against time, with
+error bars, the static-ensemble sweep as a labelled line, a marker per method and DIVERSED distinct
+(the paper's Pareto picture); speed-up against draft length with Leviathan's prediction from the
+measured acceptance alpha, draft/target step ratio c and verification cost.
 """
 
 from __future__ import annotations
@@ -99,7 +101,48 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
         latency = row["seconds_per_example"]
         row["speedup"] = auto[0]["seconds_per_example"] / latency if auto and latency else None
         row["vs_sd"] = paired_vs_sd(row, rows)
+        row["vs_static"] = versus_static_curve(row, rows)
     return rows
+
+
+def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The paper's second claim for a non-static setting: its quality minus the static sweep's
+    quality at the same acceptance (the line between the two static weights whose acceptances
+    bracket it; same dataset, temperature, k), on the examples all three decoded. ``sd`` is the
+    sweep's w = 1 end (v = p exactly) when no static w = 1 ran."""
+    if row["method"] in ("static", "auto", "sd") or not row["per_example"] or row["acceptance_rate"] is None:
+        return None
+    statics = sorted(
+        (
+            r
+            for r in rows
+            if r["method"] in ("static", "sd")
+            and (r["dataset"], r["temperature"], r["k"]) == (row["dataset"], row["temperature"], row["k"])
+            and r["per_example"]
+            and r["acceptance_rate"] is not None
+        ),
+        key=lambda r: r["acceptance_rate"],
+    )
+    pairs = [(a, b) for a, b in zip(statics, statics[1:], strict=False)]
+    bracket = [
+        (a, b) for a, b in pairs if a["acceptance_rate"] <= row["acceptance_rate"] <= b["acceptance_rate"]
+    ]
+    if not bracket:
+        return None
+    low, high = bracket[0]
+    weight = lambda r: 1.0 if r["method"] == "sd" else r["target_weight"]  # noqa: E731
+    by_id = [{e["id"]: e for e in r["per_example"]} for r in (low, high)]
+    shared = [e for e in row["per_example"] if all(e["id"] in ids for ids in by_id)]
+    if not shared:
+        return None
+    cols = [bootstrap.columns(shared)] + [bootstrap.columns([ids[e["id"]] for e in shared]) for ids in by_id]
+    corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
+    gap, interval = bootstrap.above_curve(*cols, corpus_quality=corpus)
+    return {
+        "between": f"static w={weight(low):g}..{weight(high):g}",
+        "gap": gap,
+        "gap_ci": interval,
+    }
 
 
 def paired_vs_sd(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -205,6 +248,11 @@ def paired_table(rows: list[dict[str, Any]]):
                 "n": diff["n"],
                 f"delta {r['quality_name']}": _cell(diff["quality"], diff["quality_ci"]),
                 "delta acceptance": _cell(diff.get("acceptance_rate"), diff.get("acceptance_rate_ci")),
+                f"{r['quality_name']} above the static curve": (
+                    f"{_cell(r['vs_static']['gap'], r['vs_static']['gap_ci'])} ({r['vs_static']['between']})"
+                    if r.get("vs_static")
+                    else "--"
+                ),
             }
         )
     frame = pd.DataFrame(records)

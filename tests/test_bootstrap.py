@@ -87,3 +87,28 @@ def test_corpus_bleu_intervals_recompute_the_corpus_score():
     assert bootstrap.corpus_bleu_quality(whole)[0] == pytest.approx(corpus_bleu(hyps, [refs]).score)
     low, high = bootstrap.intervals(cols, bootstrap.corpus_bleu_quality)["quality_ci"]
     assert low <= corpus_bleu(hyps, [refs]).score <= high
+
+
+def test_above_the_curve_is_zero_on_the_curve_and_positive_above_it():
+    rng = np.random.default_rng(0)
+    n = 200
+
+    def cols(accept_share, quality):
+        drafted = np.full(n, 40.0)
+        return {
+            "accepted": np.round(drafted * accept_share),
+            "drafted": drafted,
+            "blocks": np.full(n, 10.0),
+            "latency_seconds": np.zeros(n),
+            "latency_count": np.zeros(n),
+            "quality": quality.astype(float),
+            "count": np.ones(n),
+        }
+
+    base = rng.random(n) < 0.4
+    low, high = cols(0.7, base), cols(0.9, base & (rng.random(n) < 0.8))
+    gap, interval = bootstrap.above_curve(low, low, high)  # a curve's own end point
+    assert gap == 0.0 and interval == [0.0, 0.0]
+    better = cols(0.8, base | (rng.random(n) < 0.3))  # between them in acceptance, higher quality
+    gap, interval = bootstrap.above_curve(better, low, high)
+    assert gap > 0 and interval[0] > 0
