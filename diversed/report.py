@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +106,20 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
     return rows
 
 
+def aligned_columns(
+    row: dict[str, Any], others: Sequence[dict[str, Any]]
+) -> tuple[int, list[dict[str, Any]]] | None:
+    """The examples ``row`` and every one of ``others`` decoded: their number and each setting's
+    bootstrap columns over them in the same order (None when they share none), for paired figures."""
+    by_id = [{e["id"]: e for e in r["per_example"]} for r in others]
+    shared = [e for e in row["per_example"] if all(e["id"] in ids for ids in by_id)]
+    if not shared:
+        return None
+    return len(shared), [bootstrap.columns(shared)] + [
+        bootstrap.columns([ids[e["id"]] for e in shared]) for ids in by_id
+    ]
+
+
 def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The paper's second claim for a non-static setting: its quality minus the static sweep's
     quality at the same acceptance (the line between the two static weights whose acceptances
@@ -123,23 +138,22 @@ def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict
         ),
         key=lambda r: r["acceptance_rate"],
     )
-    pairs = [(a, b) for a, b in zip(statics, statics[1:], strict=False)]
-    bracket = [
-        (a, b) for a, b in pairs if a["acceptance_rate"] <= row["acceptance_rate"] <= b["acceptance_rate"]
-    ]
-    if not bracket:
+    bracket = next(
+        (
+            (a, b)
+            for a, b in zip(statics, statics[1:], strict=False)
+            if a["acceptance_rate"] <= row["acceptance_rate"] <= b["acceptance_rate"]
+        ),
+        None,
+    )
+    aligned = aligned_columns(row, bracket) if bracket else None
+    if not aligned:
         return None
-    low, high = bracket[0]
-    weight = lambda r: 1.0 if r["method"] == "sd" else r["target_weight"]  # noqa: E731
-    by_id = [{e["id"]: e for e in r["per_example"]} for r in (low, high)]
-    shared = [e for e in row["per_example"] if all(e["id"] in ids for ids in by_id)]
-    if not shared:
-        return None
-    cols = [bootstrap.columns(shared)] + [bootstrap.columns([ids[e["id"]] for e in shared]) for ids in by_id]
     corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
-    gap, interval = bootstrap.above_curve(*cols, corpus_quality=corpus)
+    gap, interval = bootstrap.above_curve(*aligned[1], corpus_quality=corpus)
+    low, high = (1.0 if r["method"] == "sd" else r["target_weight"] for r in bracket)
     return {
-        "between": f"static w={weight(low):g}..{weight(high):g}",
+        "between": f"static w={low:g}..{high:g}",
         "gap": gap,
         "gap_ci": interval,
     }
@@ -164,15 +178,13 @@ def paired_vs_sd(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, A
     )
     if not candidates:
         return None
-    reference = {e["id"]: e for e in candidates[0]["per_example"]}
-    shared = [e for e in row["per_example"] if e["id"] in reference]
-    if not shared:
+    aligned = aligned_columns(row, candidates[:1])
+    if not aligned:
         return None
-    mine = bootstrap.columns(shared)
-    theirs = bootstrap.columns([reference[e["id"]] for e in shared])
+    n, (mine, theirs) = aligned
     corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
     names = ("quality", "acceptance_rate") if row["method"] != "auto" else ("quality",)
-    return {"n": len(shared), **bootstrap.paired_differences(mine, theirs, names, corpus)}
+    return {"n": n, **bootstrap.paired_differences(mine, theirs, names, corpus)}
 
 
 def _cell(value: float | None, interval: list[float] | None) -> str:

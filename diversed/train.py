@@ -97,13 +97,18 @@ def _flatten(batch: Sequence[Trajectory]) -> tuple[dict[str, torch.Tensor], torc
     return tensors, owner, rewards
 
 
+def _policy(head: EnsembleHead, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token: the head's weight w and the importance ratio pi(y) / mu(y) of its mixture."""
+    w = head(tensors["h_draft"], tensors["h_target"])
+    pi = w * tensors["p_y"] + (1 - w) * tensors["q_y"]
+    return w, pi / tensors["mu"].clamp_min(1e-12)
+
+
 def batch_loss(
     head: EnsembleHead, batch: Sequence[Trajectory], baseline: float, cfg: TrainConfig
 ) -> tuple[torch.Tensor, dict[str, float]]:
     tensors, owner, rewards = _flatten(batch)
-    w = head(tensors["h_draft"], tensors["h_target"])
-    pi = w * tensors["p_y"] + (1 - w) * tensors["q_y"]
-    ratio = pi / tensors["mu"].clamp_min(1e-12)
+    w, ratio = _policy(head, tensors)
     advantage = (rewards - baseline)[owner]
     surrogate = torch.minimum(ratio * advantage, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * advantage)
     accept = 1 - w * tensors["tv"]
@@ -146,8 +151,7 @@ def evaluate(
     and expected acceptance. ``mean_reward`` is the training traces' mean, the batch/running
     baseline's stand-in on held-out sequences."""
     tensors, owner, rewards = _flatten(trajectories)
-    w = head(tensors["h_draft"], tensors["h_target"])
-    ratio = (w * tensors["p_y"] + (1 - w) * tensors["q_y"]) / tensors["mu"].clamp_min(1e-12)
+    w, ratio = _policy(head, tensors)
     baseline = 1.0 if baseline_kind == "minus_one" else mean_reward
     advantage = (rewards - baseline)[owner]
     return {
@@ -242,11 +246,15 @@ def split_by_prompt(
 ) -> tuple[list[Trajectory], list[Trajectory]]:
     """(train, validation): a seeded ``share`` of the prompts, with every sequence of a prompt on
     one side (ids are ``<example>@<behaviour>``), so validation never sees a training prompt."""
-    prompts = sorted({t.id.rsplit("@", 1)[0] for t in trajectories})
+
+    def prompt(t: Trajectory) -> str:
+        return t.id.rsplit("@", 1)[0]
+
+    prompts = sorted({prompt(t) for t in trajectories})
     random.Random(seed).shuffle(prompts)
     held = set(prompts[: round(share * len(prompts))]) if len(prompts) > 1 else set()
-    train = [t for t in trajectories if t.id.rsplit("@", 1)[0] not in held]
-    return train, [t for t in trajectories if t.id.rsplit("@", 1)[0] in held]
+    train = [t for t in trajectories if prompt(t) not in held]
+    return train, [t for t in trajectories if prompt(t) in held]
 
 
 def choose(candidates: Sequence[dict[str, Any]], tolerance: float) -> int:
@@ -294,7 +302,7 @@ def select_head(
         first = n * cfg.epochs * steps_per_epoch
         train_head(
             train,
-            replace(cfg, reg_lambda=lam),
+            replace(cfg, reg_lambda=lam, baseline=baseline_kind),  # the rule resolved on all traces
             log_path,
             log_step,
             progress,

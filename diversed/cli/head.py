@@ -67,12 +67,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
         log_step=log_step,
         progress=not args.quiet,
     )
-    histogram = plot_weight_histogram(card, args.out)
-    if args.tracker:
-        args.tracker.params({"reg_lambdas": args.reg_lambda, "validation_share": args.validation_share})
-        args.tracker.metrics({f"final_{k}": v for k, v in card["metrics"].items()})
-        args.tracker.artifact(histogram)
-        args.tracker.artifact(f"{args.out}/head.json")
+    plot_weight_histogram(card, args.out)  # beside head.json: a tracked run logs the whole folder
     print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
     return 0
 

@@ -62,6 +62,12 @@ def as_list(value):
     return value if isinstance(value, list) else [value]
 
 
+def previous_head(wildcards):
+    """Round r > 1 samples its traces from, and trains from, round r - 1's head."""
+    r = int(wildcards.round)
+    return [f"results/heads/{wildcards.train_dataset}/r{r - 1}"] if r > 1 else []
+
+
 def head_dataset(dataset):
     """The traces that train the head used on ``dataset``: "name" (its ``head.split``) or
     "name.split", e.g. HumanEval's head learns on "mbpp" (it has no train split of its own)."""

@@ -6,7 +6,7 @@
 rule train_head:
     input:
         traces=lambda w: [f"results/traces/{w.train_dataset}/r{r}.done" for r in range(1, int(w.round) + 1)],
-        init=lambda w: [f"results/heads/{w.train_dataset}/r{int(w.round) - 1}"] if int(w.round) > 1 else [],
+        init=previous_head,
     output:
         head=directory("results/heads/{train_dataset}/r{round}"),
     params:

@@ -6,7 +6,7 @@
 rule collect_traces:
     input:
         models="results/models/ready.json",
-        head=lambda w: [f"results/heads/{w.train_dataset}/r{int(w.round) - 1}"] if int(w.round) > 1 else [],
+        head=previous_head,
     output:
         "results/traces/{train_dataset}/r{round}.done",
     params:
