@@ -3,6 +3,8 @@
 A grid entry is a partial decoding setting (keys of ``schemas/decoding.schema.yaml``) whose values
 may be lists, which are swept; every entry is crossed with the configured draft lengths and
 temperatures, unless it names its own ``temperature`` (a value or a list), which then replaces them.
+An entry may also name its own ``n_examples`` (a workflow key, not a decoding one: it is neither in
+the setting's name nor among its flags), e.g. fewer examples for secondary cells of a study.
 Each setting is validated by :class:`DecodeConfig`, so the workflow accepts exactly what the CLI
 accepts, and gets a stable, readable name used in file names and tables.
 """
@@ -30,6 +32,8 @@ ABBREVIATIONS = {
     "top_p": "topp",
 }
 FLAG_OF = {"schedule": "--assistant-schedule", "confidence_threshold": "--assistant-confidence-threshold"}
+# Grid-entry keys that belong to the workflow, not to the decoding setting.
+WORKFLOW_KEYS = ("n_examples",)
 
 
 def _name(values: dict[str, Any]) -> str:
@@ -50,7 +54,8 @@ def expand(
     """name -> setting (plain values, validated) for every grid point."""
     settings: dict[str, dict[str, Any]] = {}
     for entry in entries:
-        sweeps = {k: v if isinstance(v, list) else [v] for k, v in entry.items()}
+        own_keys = {k: entry[k] for k in WORKFLOW_KEYS if k in entry}
+        sweeps = {k: v if isinstance(v, list) else [v] for k, v in entry.items() if k not in own_keys}
         for combo in itertools.product(*sweeps.values()):
             point = dict(zip(sweeps, combo, strict=True))
             method = DecodeConfig.from_dict({"method": point["method"]}).method
@@ -62,7 +67,7 @@ def expand(
                     values["num_assistant_tokens"] = k
                 values["method"] = method.value
                 DecodeConfig.from_dict({**common, **values})  # raises ConfigError naming the key
-                settings[_name(values)] = values
+                settings[_name(values)] = {**values, **own_keys}
     return settings
 
 
@@ -71,7 +76,7 @@ def cli_flags(values: dict[str, Any]) -> str:
     written in another key order gives the same command, and Snakemake sees no change)."""
     order = list(decoding_schema()["properties"])
     flags = []
-    for key in sorted(values, key=order.index):
+    for key in sorted((k for k in values if k not in WORKFLOW_KEYS), key=order.index):
         value = values[key]
         flag = FLAG_OF.get(key, "--" + key.replace("_", "-"))
         flags.append(f"{flag} {value}")

@@ -352,9 +352,15 @@ def _errors(rows: list[dict[str, Any]], key: str):
 
 
 def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
-    """The static sweep as a labelled line (w beside each point), every other setting a marker of
-    its method, DIVERSED a large star; all with their 95% intervals as error bars."""
-    sweep = sorted((r for r in rows if r["method"] == "static"), key=lambda r: r["target_weight"])
+    """The static sweep as a labelled line (w beside each point; ``sd`` is its w = 1 end when no
+    static w = 1 ran, as in :func:`versus_static_curve`), every other setting a marker of its method,
+    DIVERSED a large star; all with their 95% intervals as error bars."""
+    weighted = [(r["target_weight"], r) for r in rows if r["method"] == "static"]
+    lengths = {r["k"] for _, r in weighted}
+    if weighted and 1.0 not in {w for w, _ in weighted}:
+        weighted += [(1.0, r) for r in rows if r["method"] == "sd" and r["k"] in lengths]
+    weighted.sort(key=lambda pair: pair[0])
+    sweep = [r for _, r in weighted]
     if sweep:
         ax.errorbar(
             [r[x_key] for r in sweep],
@@ -367,9 +373,9 @@ def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
             capsize=2,
             label="static ensemble, w = 0 ... 1",
         )
-        for r in sweep:
+        for w, r in weighted:
             ax.annotate(
-                f"w={r['target_weight']:g}",
+                f"w={w:g}" + (" (sd)" if r["method"] == "sd" else ""),
                 (r[x_key], r["quality"]),
                 fontsize=6,
                 xytext=(3, -8),

@@ -11,7 +11,7 @@ rule decode:
         target=MODELS["target"],
         draft=MODELS["draft"],
         dtype=MODELS["dtype"],
-        n=DATA["n_examples"],
+        n=lambda w: SETTINGS[w.setting].get("n_examples", DATA["n_examples"]),
         split=DATA["split"],
         chat="--chat" if DATA["chat"] else "",
         setting=lambda w: cli_flags(SETTINGS[w.setting]),
