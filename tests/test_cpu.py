@@ -6,6 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from diversed.engine import cpu
 from diversed.engine.cpu import _file_mappings, available, use_onednn_linear
 from diversed.tiny import tiny_model, write_tiny_pair
 
@@ -26,6 +27,20 @@ def test_packed_model_gives_the_same_logits_and_drops_dense_weights():
     torch.testing.assert_close(logits(model), reference, rtol=1e-4, atol=1e-5)
     down = model.model.layers[0].mlp.down_proj
     assert down.weight.device.type == "meta" and down.packed_weight is not None
+
+
+@pytest.mark.parametrize("packs_bf16", [True, False])
+def test_bf16_linears_are_packed_only_where_onednn_can(monkeypatch, packs_bf16):
+    """On AVX2-only CPUs oneDNN refuses to pack bf16 ("bf16 path needs ... avx512bw"): such
+    linears stay on F.linear instead of raising, and the model computes the same either way."""
+    if packs_bf16 and not cpu.onednn_bf16():
+        pytest.skip("oneDNN cannot pack bf16 on this CPU")
+    monkeypatch.setattr(cpu, "onednn_bf16", lambda: packs_bf16)
+    model = tiny_model(vocab_size=64, hidden=64, layers=2).to(torch.bfloat16)
+    reference = logits(model)
+    linears = sum(type(m) is torch.nn.Linear for m in model.modules())
+    assert use_onednn_linear(model) == (linears if packs_bf16 else 0)
+    torch.testing.assert_close(logits(model), reference, rtol=2e-2, atol=2e-2)
 
 
 def test_packing_one_model_leaves_a_model_that_shares_its_memory_intact():

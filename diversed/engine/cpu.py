@@ -10,10 +10,10 @@ weight re-ordered once into oneDNN's blocked layout, one 8960x1536 projection ta
 1 row and ~2.3 ms for 8 rows, against ~3.3 ms and ~5-10 ms through ``F.linear``.
 
 ``use_onednn_linear`` re-packs every fp32 or bf16 ``nn.Linear`` of a model for inference (oneDNN
-picks native bf16 kernels where the CPU has them). The dense weight is released (kept as a
-shape-only tensor on the ``meta`` device) unless another module shares it, such as a tied input
-embedding, so memory does not double. Results equal ``F.linear`` up to summation order. Call it
-last: the model cannot be moved or trained afterwards.
+picks native bf16 kernels where the CPU has them; it cannot pack bf16 at all on AVX2-only CPUs).
+The dense weight is released (kept as a shape-only tensor on the ``meta`` device) unless another
+module shares it, such as a tied input embedding, so memory does not double. Results equal
+``F.linear`` up to summation order. Call it last: the model cannot be moved or trained afterwards.
 
 Memory and load time. ``from_pretrained`` memory-maps the safetensors file, so a dense weight is a
 view of the page cache; dropping the Parameter does not unmap it (the mapping lives while any
@@ -46,6 +46,12 @@ from diversed.config import DTYPES
 
 def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def onednn_bf16() -> bool:
+    """Whether oneDNN can pack bf16 weights here: it needs AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT,
+    and refuses on plain AVX2, where bf16 linears then stay on ``F.linear`` (correct, slow)."""
+    return torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def native_bf16() -> str | None:
@@ -123,10 +129,11 @@ def use_onednn_linear(model: nn.Module) -> int:
     counts: dict[int, int] = {}
     for _, param in model.named_parameters(remove_duplicate=False):
         counts[param.data_ptr()] = counts.get(param.data_ptr(), 0) + 1
+    dtypes = (torch.float32, torch.bfloat16) if onednn_bf16() else (torch.float32,)
     linears = []
     for module in model.modules():
         weight = getattr(module, "weight", None)
-        packable = weight is not None and weight.dtype in (torch.float32, torch.bfloat16)
+        packable = weight is not None and weight.dtype in dtypes
         if type(module) is nn.Linear and weight.device.type == "cpu" and packable:
             linears.append(module)
 
