@@ -120,38 +120,44 @@ def aligned_columns(
     ]
 
 
+def static_sweep(rows: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]]]:
+    """(w, row) of the static ensemble's sweep among ``rows``, by w; ``sd`` (v = p exactly) is its
+    w = 1 end at the same draft lengths when no static w = 1 ran, so w = 1 is never decoded twice."""
+    sweep = [(r["target_weight"], r) for r in rows if r["method"] == "static"]
+    lengths = {r["k"] for _, r in sweep}
+    if sweep and 1.0 not in {w for w, _ in sweep}:
+        sweep += [(1.0, r) for r in rows if r["method"] == "sd" and r["k"] in lengths]
+    return sorted(sweep, key=lambda pair: pair[0])
+
+
 def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The paper's second claim for a non-static setting: its quality minus the static sweep's
-    quality at the same acceptance (the line between the two static weights whose acceptances
-    bracket it; same dataset, temperature, k), on the examples all three decoded. ``sd`` is the
-    sweep's w = 1 end (v = p exactly) when no static w = 1 ran."""
+    quality at the same acceptance (the line between the two weights of :func:`static_sweep` whose
+    acceptances bracket it; same dataset, temperature, k), on the examples all three decoded."""
     if row["method"] in ("static", "auto", "sd") or not row["per_example"] or row["acceptance_rate"] is None:
         return None
-    statics = sorted(
-        (
-            r
-            for r in rows
-            if r["method"] in ("static", "sd")
-            and (r["dataset"], r["temperature"], r["k"]) == (row["dataset"], row["temperature"], row["k"])
-            and r["per_example"]
-            and r["acceptance_rate"] is not None
-        ),
-        key=lambda r: r["acceptance_rate"],
-    )
+    same_cell = [
+        r
+        for r in rows
+        if (r["dataset"], r["temperature"], r["k"]) == (row["dataset"], row["temperature"], row["k"])
+        and r["per_example"]
+        and r["acceptance_rate"] is not None
+    ]
+    points = sorted(static_sweep(same_cell), key=lambda pair: pair[1]["acceptance_rate"])
     bracket = next(
         (
             (a, b)
-            for a, b in zip(statics, statics[1:], strict=False)
-            if a["acceptance_rate"] <= row["acceptance_rate"] <= b["acceptance_rate"]
+            for a, b in zip(points, points[1:], strict=False)
+            if a[1]["acceptance_rate"] <= row["acceptance_rate"] <= b[1]["acceptance_rate"]
         ),
         None,
     )
-    aligned = aligned_columns(row, bracket) if bracket else None
+    aligned = aligned_columns(row, [r for _, r in bracket]) if bracket else None
     if not aligned:
         return None
     corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
     gap, interval = bootstrap.above_curve(*aligned[1], corpus_quality=corpus)
-    low, high = (1.0 if r["method"] == "sd" else r["target_weight"] for r in bracket)
+    (low, _), (high, _) = bracket
     return {
         "between": f"static w={low:g}..{high:g}",
         "gap": gap,
@@ -352,14 +358,9 @@ def _errors(rows: list[dict[str, Any]], key: str):
 
 
 def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
-    """The static sweep as a labelled line (w beside each point; ``sd`` is its w = 1 end when no
-    static w = 1 ran, as in :func:`versus_static_curve`), every other setting a marker of its method,
-    DIVERSED a large star; all with their 95% intervals as error bars."""
-    weighted = [(r["target_weight"], r) for r in rows if r["method"] == "static"]
-    lengths = {r["k"] for _, r in weighted}
-    if weighted and 1.0 not in {w for w, _ in weighted}:
-        weighted += [(1.0, r) for r in rows if r["method"] == "sd" and r["k"] in lengths]
-    weighted.sort(key=lambda pair: pair[0])
+    """The static sweep (:func:`static_sweep`) as a labelled line (w beside each point), every other
+    setting a marker of its method, DIVERSED a large star; all with their 95% intervals as error bars."""
+    weighted = static_sweep(rows)
     sweep = [r for _, r in weighted]
     if sweep:
         ax.errorbar(
