@@ -64,15 +64,13 @@ def compare(reference: list[int], ref_logits: torch.Tensor, other_logits: torch.
 
 
 def step_figures(model, prompt: list[int], k: int, bandwidth: float) -> dict:
-    one = step_seconds(model, prompt, 1, repeats=3)
-    many = step_seconds(model, prompt, k + 1, repeats=3)
-    streamed = weight_bytes(model) / one
+    one, size = step_seconds(model, prompt, 1, repeats=3), weight_bytes(model)
     return {
         "step_1_s": one,
-        f"step_{k + 1}_s": many,
-        "weight_bytes": weight_bytes(model),
-        "weight_bytes_per_s": streamed,
-        "share_of_bandwidth": streamed / bandwidth,
+        f"step_{k + 1}_s": step_seconds(model, prompt, k + 1, repeats=3),
+        "weight_bytes": size,
+        "weight_bytes_per_s": size / one,
+        "share_of_bandwidth": size / one / bandwidth,
     }
 
 
@@ -103,7 +101,7 @@ def main() -> None:
         compare(tokens, logits, teacher_forced(bf16, prompt, tokens))
         for prompt, (tokens, logits) in zip(prompts, references, strict=True)
     ]
-    total = args.prompts * args.tokens
+    identical = sum(p["identical_prefix"] for p in per_prompt)
     record = {
         "command": " ".join(["python", *sys.argv]),
         "machine": {"cpu": platform.processor() or platform.machine(), "native_bf16": native_bf16()},
@@ -116,8 +114,8 @@ def main() -> None:
         "read_bandwidth_bytes_per_s": bandwidth,
         "steps": steps,
         "bf16_over_fp32_step_1": steps["bfloat16"]["step_1_s"] / steps["float32"]["step_1_s"],
-        "identical_greedy_tokens": sum(p["identical_prefix"] for p in per_prompt),
-        "identical_greedy_share": sum(p["identical_prefix"] for p in per_prompt) / total,
+        "identical_greedy_tokens": identical,
+        "identical_greedy_share": identical / (args.prompts * args.tokens),
         "prompts_fully_identical": sum(p["identical_prefix"] == args.tokens for p in per_prompt),
         "top1_agreement": statistics.mean(p["top1_agreement"] for p in per_prompt),
         "max_abs_logit_diff": max(p["max_abs_logit_diff"] for p in per_prompt),
