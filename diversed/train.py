@@ -23,11 +23,16 @@ that is needed: no LM runs during training. Per batch of sequences:
   (further moves need a new round of traces). ``fixed`` keeps the old loss, L_pg - lambda E.
 
 Selection (``select_head``): the traces' prompts are split into train and validation (never the
-test split); one head is trained per lambda, every epoch is a checkpoint, and each checkpoint is
-scored on validation by two off-policy figures that need no LM: ``val_reward_gain``, the first-
-order estimate of the reward change over the behaviour policy, mean_t (r_t - 1) A_t, and
+test split); one head is trained per lambda, every epoch is a checkpoint, and so is the head the
+round starts from (the previous round's, or the fresh one: w = 0.5 everywhere), so "no change" can
+win. Each is scored on validation by two off-policy figures that need no LM: ``val_reward_gain``,
+the first-order estimate of the reward change over the behaviour policy, mean_t (r_t - 1) A_t, and
 ``val_acceptance``, E_t[1 - w_t TV_t]. The rule: among checkpoints whose reward gain is at least
 ``-tolerance`` (do not trade quality), the highest acceptance; if none, the highest reward gain.
+When every training sequence has the same reward there is nothing to learn (with A = R - 1 an
+all-failed set still has |A| = 1, so S would let the acceptance term act alone): the starting head
+is kept. In the embedded default's first round (0 passes in 12 train sequences) training anyway
+drove w to 0.001, and one passing validation sequence made that checkpoint look best.
 
 AdamW, linear warm-up then cosine decay, gradient clipping, a fixed seed. Every step's loss,
 reward, mean weight and expected acceptance go to ``train_log.jsonl`` (and to an optional
@@ -173,6 +178,17 @@ def weight_summary(w: torch.Tensor) -> dict[str, Any]:
     }
 
 
+def start_head(
+    trajectories: Sequence[Trajectory], cfg: TrainConfig, init: EnsembleHead | None = None
+) -> EnsembleHead:
+    """The head training starts from: a copy of ``init``, else a fresh one (w = 0.5 everywhere)."""
+    first = trajectories[0].tensors
+    head = EnsembleHead(first["h_draft"].shape[-1], first["h_target"].shape[-1], cfg.hidden, cfg.seed)
+    if init is not None:
+        head.load_state_dict(init.state_dict())
+    return head
+
+
 def train_head(
     trajectories: Sequence[Trajectory],
     cfg: TrainConfig,
@@ -187,10 +203,7 @@ def train_head(
     return it and the last step's figures. ``on_epoch(epoch, head)`` sees every checkpoint."""
     torch.manual_seed(cfg.seed)
     rng = random.Random(cfg.seed)
-    first = trajectories[0].tensors
-    head = EnsembleHead(first["h_draft"].shape[-1], first["h_target"].shape[-1], cfg.hidden, cfg.seed)
-    if init is not None:
-        head.load_state_dict(init.state_dict())
+    head = start_head(trajectories, cfg, init)
     baseline_kind = resolve_baseline(cfg.baseline, trajectories)
     optimiser = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     per_epoch = math.ceil(len(trajectories) / cfg.batch_size)
@@ -278,10 +291,10 @@ def select_head(
     log_step: LogStep | None = None,
     progress: bool = True,
 ) -> tuple[EnsembleHead, dict[str, Any]]:
-    """Train one head per lambda on the train prompts, score every epoch (and ``init``, the
-    previous round's head) on the validation prompts, and return the chosen checkpoint with a
-    record of every candidate. Without validation prompts (too few) the last epoch of the first
-    lambda is taken, and the record says so."""
+    """Train one head per lambda on the train prompts, score every epoch and the starting head
+    (``init``, the previous round's, else the fresh one) on the validation prompts, and return the
+    chosen checkpoint with a record of every candidate. Without validation prompts (too few) the
+    last epoch of the first lambda is taken, and the record says so."""
     train, validation = split_by_prompt(trajectories, validation_share, cfg.seed)
     baseline_kind = resolve_baseline(cfg.baseline, trajectories)
     mean_reward = sum(t.reward for t in train) / len(train)
@@ -295,31 +308,33 @@ def select_head(
         if log_step and figures:
             log_step(step, figures)
 
-    if init is not None and validation:
-        checkpoint(init, None, 0, 0)
-    steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
-    for n, lam in enumerate(lambdas):
-        first = n * cfg.epochs * steps_per_epoch
-        train_head(
-            train,
-            replace(cfg, reg_lambda=lam, baseline=baseline_kind),  # the rule resolved on all traces
-            log_path,
-            log_step,
-            progress,
-            init,
-            lambda epoch, head, lam=lam, first=first: checkpoint(
-                head, lam, epoch, first + epoch * steps_per_epoch
-            ),
-            first_step=first,
-        )
-    if validation:
-        index = choose(candidates, tolerance)
-        rule = f"max val_acceptance subject to val_reward_gain >= {-tolerance:g}, else max val_reward_gain"
+    checkpoint(start_head(trajectories, cfg, init), None, 0, 0)
+    if len({t.reward for t in train}) == 1:
+        index, rule = 0, f"every train sequence has reward {train[0].reward:g}: the starting head, untrained"
     else:
-        index = next(
-            i for i, c in enumerate(candidates) if c["reg_lambda"] == lambdas[0] and c["epoch"] == cfg.epochs
-        )
-        rule = "no validation prompts: the last epoch of the first lambda"
+        steps_per_epoch = math.ceil(len(train) / cfg.batch_size)
+        for n, lam in enumerate(lambdas):
+            first = n * cfg.epochs * steps_per_epoch
+            train_head(
+                train,
+                replace(cfg, reg_lambda=lam, baseline=baseline_kind),  # the rule resolved on all traces
+                log_path,
+                log_step,
+                progress,
+                init,
+                lambda epoch, head, lam=lam, first=first: checkpoint(
+                    head, lam, epoch, first + epoch * steps_per_epoch
+                ),
+                first_step=first,
+            )
+        if validation:
+            index = choose(candidates, tolerance)
+            rule = (
+                f"max val_acceptance subject to val_reward_gain >= {-tolerance:g}, else max val_reward_gain"
+            )
+        else:
+            index = len(candidates) - 1 - cfg.epochs * (len(lambdas) - 1)  # first lambda's last epoch
+            rule = "no validation prompts: the last epoch of the first lambda"
     record = {
         "rule": rule,
         "baseline": baseline_kind,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -158,9 +159,10 @@ def test_selection_holds_out_whole_prompts_and_follows_its_rule():
         trajectories, cfg, [0.1, 1.0, 10.0], 0.25, log_step=lambda s, f: logged.append(f)
     )
     candidates = record["candidates"]
-    assert [(c["reg_lambda"], c["epoch"]) for c in candidates] == [
+    assert [(c["reg_lambda"], c["epoch"]) for c in candidates] == [(None, 0)] + [
         (lam, e) for lam in (0.1, 1.0, 10.0) for e in (1, 2, 3)
     ]
+    assert candidates[0]["val_mean_weight"] == 0.5 and candidates[0]["val_reward_gain"] == 0.0
     eligible = [c for c in candidates if c["val_reward_gain"] >= 0]
     best = (
         max(eligible, key=lambda c: c["val_acceptance"])
@@ -172,6 +174,20 @@ def test_selection_holds_out_whole_prompts_and_follows_its_rule():
         best["val_acceptance"]
     )
     assert any("val_acceptance" in f for f in logged) and any("mean_weight" in f for f in logged)
+
+
+def test_a_train_set_without_reward_information_keeps_the_starting_head():
+    """Every train sequence failed: with A = R - 1 the acceptance term alone would move the head
+    (a lambda of 10 drives it towards w = 0), so nothing is trained and w stays 0.5."""
+    trajectories, _ = synthetic_traces(16)
+    failed = [Trajectory(f"p{i}@w0.5", 0.0, t.tensors) for i, t in enumerate(trajectories)]
+    cfg = TrainConfig(epochs=3, batch_size=4, lr=5e-2, warmup_steps=1, seed=1)
+    head, record = select_head(failed, cfg, [10.0], 0.25, progress=False)
+    assert [(c["reg_lambda"], c["epoch"]) for c in record["candidates"]] == [(None, 0)]
+    assert "untrained" in record["rule"] and record["chosen"]["val_mean_weight"] == 0.5
+    assert torch.equal(head_weights(head, failed), torch.full((160,), 0.5))
+    trained, _ = train_head(failed, replace(cfg, reg_lambda=10.0, baseline="minus_one"), progress=False)
+    assert float(head_weights(trained, failed).mean()) < 0.4  # what the rule prevents
 
 
 @pytest.fixture(scope="module")
@@ -204,7 +220,12 @@ def test_collect_traces_then_train_head_then_decode(tmp_path, cnndm_data, capsys
     manifest["sequences"].pop()
     (traces / "manifest.json").write_text(json.dumps(manifest))
     assert main(collect) == 0
-    assert len(json.loads((traces / "manifest.json").read_text())["sequences"]) == 6
+    manifest = json.loads((traces / "manifest.json").read_text())
+    assert len(manifest["sequences"]) == 6
+    # random tiny models earn equal (zero) ROUGE everywhere, which leaves nothing to train on
+    for i, sequence in enumerate(manifest["sequences"]):
+        sequence["reward"] = 0.1 * i
+    (traces / "manifest.json").write_text(json.dumps(manifest))
     head_dir = tmp_path / "head"
     assert (
         main(["train-head", "--traces", str(traces), "--out", str(head_dir), "--epochs", "2", "--quiet"]) == 0
