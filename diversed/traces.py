@@ -51,8 +51,13 @@ class TraceJob:
     seed: int = 42
 
     def settings(self) -> dict[str, Any]:
+        """The job's fields, and a previous head's content hash: a head is named by its folder, but
+        a head retrained into the same folder makes traces sampled from the old one stale."""
         values = asdict(self)
         values["behaviour_weights"] = list(self.behaviour_weights)
+        weights = Path(self.head or "") / "head.safetensors"
+        if self.head and weights.exists():
+            values["head_sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
         return values
 
     def settings_hash(self) -> str:
@@ -103,14 +108,25 @@ def _write_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def read_manifest(out: Path, job: TraceJob) -> dict[str, Any]:
+def read_manifest(out: Path, job: TraceJob, replace_stale: bool = False) -> dict[str, Any]:
+    """The folder's manifest, to resume from; traces made with other settings are an error, or,
+    with ``replace_stale`` (the workflow, which owns its folders), deleted."""
     path = out / "manifest.json"
+    fresh = {"settings": job.settings(), "settings_hash": job.settings_hash(), "sequences": []}
     if not path.exists():
-        return {"settings": job.settings(), "settings_hash": job.settings_hash(), "sequences": []}
+        return fresh
     manifest = json.loads(path.read_text())
     if manifest["settings_hash"] != job.settings_hash():
-        diff = differing_keys(manifest["settings"], job.settings())
-        raise DataError(f"{out} holds traces made with different settings (differing: {', '.join(diff)})")
+        diff = ", ".join(differing_keys(manifest["settings"], job.settings()))
+        if not replace_stale:
+            raise DataError(
+                f"{out} holds traces made with different settings (differing: {diff});"
+                " delete them or pass --replace-stale"
+            )
+        print(f"{out}: deleting traces made with different settings (differing: {diff})")
+        for stale in [*out.glob("seq-*.json"), *out.glob("seq-*.safetensors"), path]:
+            stale.unlink()
+        return fresh
     return manifest
 
 
@@ -122,6 +138,7 @@ def collect_traces(
     device: str = "cpu",
     progress: bool = True,
     batch_size: int = 1,
+    replace_stale: bool = False,
 ) -> Path:
     """Roll out every (prompt, behaviour) pair not yet in ``out``, ``batch_size`` at a time.
 
@@ -133,7 +150,7 @@ def collect_traces(
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    manifest = read_manifest(out_dir, job)
+    manifest = read_manifest(out_dir, job, replace_stale)
     done = {s["id"] for s in manifest["sequences"]}
     examples = load_examples(job.dataset, job.split, job.n_examples, job.seed, data_dir, allow_hub)
     behaviours: list[tuple[str, float | None]] = (

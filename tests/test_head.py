@@ -10,10 +10,11 @@ import torch
 
 from diversed import DecodeConfig, Decoder
 from diversed.cli import main
+from diversed.data import DataError
 from diversed.data.tasks import CNNDM
 from diversed.head import EnsembleHead, HeadError, load_head, save_head
 from diversed.tiny import write_tiny_pair
-from diversed.traces import Trajectory
+from diversed.traces import TraceJob, Trajectory, read_manifest
 from diversed.train import (
     TrainConfig,
     evaluate,
@@ -188,6 +189,29 @@ def test_a_train_set_without_reward_information_keeps_the_starting_head():
     assert torch.equal(head_weights(head, failed), torch.full((160,), 0.5))
     trained, _ = train_head(failed, replace(cfg, reg_lambda=10.0, baseline="minus_one"), progress=False)
     assert float(head_weights(trained, failed).mean()) < 0.4  # what the rule prevents
+
+
+def test_traces_from_a_retrained_head_are_stale(tmp_path):
+    """Round r's traces resume only if round r - 1's head is the same *content*, not just the same
+    folder: a retrained head made the workflow reuse traces sampled from the old one."""
+    head_dir = tmp_path / "r1"
+    save_head(EnsembleHead(4, 6, seed=0), head_dir, {})
+    job = TraceJob(dataset="mbpp", head=str(head_dir))
+    out = tmp_path / "traces"
+    out.mkdir()
+    manifest = read_manifest(out, job)
+    manifest["sequences"].append({"id": "x@head", "file": "seq-00000", "reward": 0.0, "tokens": 1})
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "seq-00000.json").write_text("{}")
+    assert read_manifest(out, job)["sequences"]  # same head: resume
+    head = EnsembleHead(4, 6, seed=0)
+    with torch.no_grad():
+        head.out.bias[1] = 1.0
+    save_head(head, head_dir, {})  # retrained into the same folder
+    with pytest.raises(DataError, match="head_sha256"):
+        read_manifest(out, job)
+    assert read_manifest(out, job, replace_stale=True)["sequences"] == []
+    assert not (out / "seq-00000.json").exists() and not (out / "manifest.json").exists()
 
 
 @pytest.fixture(scope="module")

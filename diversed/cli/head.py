@@ -31,7 +31,14 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
         if not 0.0 <= weight <= 1.0:
             raise ConfigError(f"behaviour_weights: {weight} is not in [0, 1]")
     out = collect_traces(
-        job, args.out, args.data_dir, not args.no_hub, args.device, not args.quiet, args.batch_size
+        job,
+        args.out,
+        args.data_dir,
+        not args.no_hub,
+        args.device,
+        not args.quiet,
+        args.batch_size,
+        args.replace_stale,
     )
     print(out)
     return 0
@@ -96,6 +103,11 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
     col.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
     col.add_argument("--seed", type=int, default=42, help="subset and sampling seed (42)")
     col.add_argument("--out", required=True, help="trace folder; rerun to resume")
+    col.add_argument(
+        "--replace-stale",
+        action="store_true",
+        help="delete traces in --out made with other settings (or another head) instead of stopping",
+    )
     col.add_argument("--quiet", action="store_true", help="no progress bar")
     col.add_argument(
         "--batch-size", type=int, default=1, help="rollouts sampled together (1); traces do not depend on it"

@@ -1,6 +1,7 @@
 # Stage 3: roll out train prompts and store traces for head training: round 1 from the behaviour
 # mixtures, round r > 1 from round r - 1's head on a freshly seeded subset of prompts. The trace
-# folder is not a declared output, so an interrupted collection resumes instead of restarting.
+# folder is not a declared output, so an interrupted collection resumes instead of restarting;
+# traces made with other settings or from another head (a retrained round r - 1) are replaced.
 
 
 rule collect_traces:
@@ -37,4 +38,4 @@ rule collect_traces:
         "(diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " {params.behaviour} --seed {params.seed} --target {params.target} --draft {params.draft}"
-        " --batch-size {params.batch_size} --draft-length {params.draft_length} {params.flags} --quiet --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
+        " --batch-size {params.batch_size} --draft-length {params.draft_length} {params.flags} --quiet --replace-stale --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
