@@ -333,7 +333,7 @@ def select_head(
                 f"max val_acceptance subject to val_reward_gain >= {-tolerance:g}, else max val_reward_gain"
             )
         else:
-            index = len(candidates) - 1 - cfg.epochs * (len(lambdas) - 1)  # first lambda's last epoch
+            index = cfg.epochs  # candidates: the starting head, then each lambda's epochs in order
             rule = "no validation prompts: the last epoch of the first lambda"
     record = {
         "rule": rule,

@@ -177,6 +177,15 @@ def test_selection_holds_out_whole_prompts_and_follows_its_rule():
     assert any("val_acceptance" in f for f in logged) and any("mean_weight" in f for f in logged)
 
 
+def test_without_validation_prompts_the_first_lambdas_last_epoch_is_taken():
+    trajectories, _ = synthetic_traces(8)
+    _, record = select_head(
+        trajectories, TrainConfig(epochs=2, batch_size=4), [0.3, 1.0], 0.0, progress=False
+    )
+    assert record["chosen"] == {"reg_lambda": 0.3, "epoch": 2} and len(record["candidates"]) == 5
+    assert record["rule"].startswith("no validation prompts")
+
+
 def test_a_train_set_without_reward_information_keeps_the_starting_head():
     """Every train sequence failed: with A = R - 1 the acceptance term alone would move the head
     (a lambda of 10 drives it towards w = 0), so nothing is trained and w stays 0.5."""
