@@ -63,6 +63,19 @@ def compare(reference: list[int], ref_logits: torch.Tensor, other_logits: torch.
     }
 
 
+def summarise(per_prompt: list[dict], tokens: int) -> dict:
+    """The agreement figures over prompts of :func:`compare` records, ``tokens`` greedy tokens each."""
+    identical = sum(p["identical_prefix"] for p in per_prompt)
+    return {
+        "identical_greedy_tokens": identical,
+        "identical_greedy_share": identical / (len(per_prompt) * tokens),
+        "prompts_fully_identical": sum(p["identical_prefix"] == tokens for p in per_prompt),
+        "top1_agreement": statistics.mean(p["top1_agreement"] for p in per_prompt),
+        "max_abs_logit_diff": max(p["max_abs_logit_diff"] for p in per_prompt),
+        "median_max_abs_logit_diff": statistics.median(p["max_abs_logit_diff"] for p in per_prompt),
+    }
+
+
 def step_figures(model, prompt: list[int], k: int, bandwidth: float) -> dict:
     one, size = step_seconds(model, prompt, 1, repeats=3), weight_bytes(model)
     return {
@@ -101,7 +114,6 @@ def main() -> None:
         compare(tokens, logits, teacher_forced(bf16, prompt, tokens))
         for prompt, (tokens, logits) in zip(prompts, references, strict=True)
     ]
-    identical = sum(p["identical_prefix"] for p in per_prompt)
     record = {
         "command": " ".join(["python", *sys.argv]),
         "machine": {"cpu": platform.processor() or platform.machine(), "native_bf16": native_bf16()},
@@ -114,12 +126,7 @@ def main() -> None:
         "read_bandwidth_bytes_per_s": bandwidth,
         "steps": steps,
         "bf16_over_fp32_step_1": steps["bfloat16"]["step_1_s"] / steps["float32"]["step_1_s"],
-        "identical_greedy_tokens": identical,
-        "identical_greedy_share": identical / (args.prompts * args.tokens),
-        "prompts_fully_identical": sum(p["identical_prefix"] == args.tokens for p in per_prompt),
-        "top1_agreement": statistics.mean(p["top1_agreement"] for p in per_prompt),
-        "max_abs_logit_diff": max(p["max_abs_logit_diff"] for p in per_prompt),
-        "median_max_abs_logit_diff": statistics.median(p["max_abs_logit_diff"] for p in per_prompt),
+        **summarise(per_prompt, args.tokens),
         "per_prompt": per_prompt,
         "wall_s": time.time() - started,
     }

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from bf16_agreement import compare, greedy, teacher_forced
+from bf16_agreement import compare, greedy, summarise, teacher_forced
 from torch import nn
 
 from diversed.bench import DEFAULT_PROMPTS
@@ -182,16 +182,7 @@ def agreement(model_name: str, n_prompts: int, tokens: int) -> dict:
             state["route"] = route
             per_route[route].append(compare(reference, ref_logits, teacher_forced(model, prompt, reference)))
         print(i, {r: v[-1]["identical_prefix"] for r, v in per_route.items()}, flush=True)
-    summary = {}
-    for route, rows in per_route.items():
-        prefixes = [r["identical_prefix"] for r in rows]
-        summary[route] = {
-            "prompts_identical": sum(p == tokens for p in prefixes),
-            "tokens_before_first_flip": sum(prefixes),
-            "top1_agreement": round(statistics.mean(r["top1_agreement"] for r in rows), 4),
-            "max_abs_logit_diff_median": round(statistics.median(r["max_abs_logit_diff"] for r in rows), 3),
-            "per_prompt": rows,
-        }
+    summary = {route: {**summarise(rows, tokens), "per_prompt": rows} for route, rows in per_route.items()}
     return {"model": model_name, "prompts": n_prompts, "tokens": tokens, "routes": summary}
 
 
