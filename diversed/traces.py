@@ -29,6 +29,7 @@ from tqdm import tqdm
 from diversed.config import DecodeConfig, differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
 from diversed.engine.loop import Decoder
+from diversed.head import WEIGHTS
 from diversed.metrics import rouge2_per_example
 
 
@@ -55,13 +56,13 @@ class TraceJob:
         a head retrained into the same folder makes traces sampled from the old one stale."""
         values = asdict(self)
         values["behaviour_weights"] = list(self.behaviour_weights)
-        weights = Path(self.head or "") / "head.safetensors"
-        if self.head and weights.exists():
-            values["head_sha256"] = hashlib.sha256(weights.read_bytes()).hexdigest()[:16]
+        if self.head and (Path(self.head) / WEIGHTS).exists():
+            values["head_sha256"] = hashlib.sha256((Path(self.head) / WEIGHTS).read_bytes()).hexdigest()[:16]
         return values
 
-    def settings_hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:16]
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def task_reward(dataset: str, prediction: str, example: Example) -> float:
@@ -112,12 +113,13 @@ def read_manifest(out: Path, job: TraceJob, replace_stale: bool = False) -> dict
     """The folder's manifest, to resume from; traces made with other settings are an error, or,
     with ``replace_stale`` (the workflow, which owns its folders), deleted."""
     path = out / "manifest.json"
-    fresh = {"settings": job.settings(), "settings_hash": job.settings_hash(), "sequences": []}
+    settings = job.settings()
+    fresh = {"settings": settings, "settings_hash": settings_hash(settings), "sequences": []}
     if not path.exists():
         return fresh
     manifest = json.loads(path.read_text())
-    if manifest["settings_hash"] != job.settings_hash():
-        diff = ", ".join(differing_keys(manifest["settings"], job.settings()))
+    if manifest["settings_hash"] != fresh["settings_hash"]:
+        diff = ", ".join(differing_keys(manifest["settings"], settings))
         if not replace_stale:
             raise DataError(
                 f"{out} holds traces made with different settings (differing: {diff});"

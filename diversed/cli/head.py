@@ -37,8 +37,8 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
         not args.no_hub,
         args.device,
         not args.quiet,
-        args.batch_size,
-        args.replace_stale,
+        batch_size=args.batch_size,
+        replace_stale=args.replace_stale,
     )
     print(out)
     return 0
