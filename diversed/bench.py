@@ -63,7 +63,9 @@ def _tiny_bench_pair():
 def _load_pair(args: argparse.Namespace):
     from diversed.models import load_pair, load_tokenizer
 
-    target, draft = load_pair(args.target, args.draft, args.dtype, onednn=not args.no_onednn)
+    target, draft = load_pair(
+        args.target, args.draft, args.dtype, onednn=not args.no_onednn, quantize=args.quantize
+    )
     return target, draft, load_tokenizer(args.target), args.target, args.draft
 
 
@@ -123,10 +125,19 @@ def read_bandwidth(gib: float = 2.0, repeats: int = 5) -> float:
 
 
 def weight_bytes(model) -> int:
-    """Bytes of weights one forward streams: every parameter and packed linear weight, once."""
+    """Bytes of weights one forward streams: every linear's weight in the form its kernel reads
+    (oneDNN-packed, fbgemm fp16 or dense) and every other parameter, each once. Embedding tables
+    are left out: a forward gathers one row per token from them (a tied output layer still counts,
+    as a linear)."""
     seen, total = set(), 0
     for module in model.modules():
-        tensors = list(module.parameters(recurse=False))
+        if isinstance(module, torch.nn.Embedding):
+            continue
+        if hasattr(module, "fp16_weight"):  # fbgemm's packed fp16 (diversed.engine.quantize)
+            total += module.weight.numel() * 2
+            tensors = [module.bias] if module.bias is not None else []
+        else:
+            tensors = list(module.parameters(recurse=False))
         packed = getattr(module, "packed_weight", None)
         if packed is not None:
             tensors.append(packed)
@@ -188,7 +199,12 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     target, draft, tokenizer, target_name, draft_name = (
         _load_pair(args) if args.target else _tiny_bench_pair()
     )
-    if not args.target and not args.no_onednn:
+    if not args.target and args.quantize == "fp16":
+        from diversed.engine.quantize import use_fp16_weights
+
+        use_fp16_weights(target)
+        use_fp16_weights(draft)
+    elif not args.target and not args.no_onednn:
         from diversed.engine.cpu import use_onednn_linear
 
         use_onednn_linear(target)
@@ -280,7 +296,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "draft": draft_name,
         "dtype": str(target.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
-        "onednn_linear": not args.no_onednn,
+        "onednn_linear": not args.no_onednn and args.quantize == "none",
+        "quantize": args.quantize,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "machine": platform.processor() or platform.machine(),
@@ -294,7 +311,8 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
 def format_table(r: dict[str, Any]) -> str:
     """A Markdown table: tok/s per system and batch size, ratios and identity, then the step costs."""
     lines = [
-        f"target {r['target']} | draft {r['draft']} | {r['dtype']} | k={r['k']}"
+        f"target {r['target']} | draft {r['draft']} | {r['dtype']}"
+        f"{' (' + r['quantize'] + ' weights)' if r.get('quantize', 'none') != 'none' else ''} | k={r['k']}"
         f" | {r['prompts']} prompts ({r['prompt_source']}) x <= {r['max_new_tokens']} tokens"
         f" | {r['threads']} threads | median of {r['repeats']}",
         "",

@@ -18,6 +18,8 @@ from diversed.methods import CascadeRule, EnsembleSpace, Method, Schedule, parse
 
 # Model dtypes a user may ask for; "auto" is resolved by diversed.engine.cpu.choose_dtype.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Weight storage a user may ask for; "auto" is resolved by diversed.engine.quantize.choose_quantize.
+QUANTIZE = ("none", "fp16", "auto")
 
 
 class ConfigError(ValueError):

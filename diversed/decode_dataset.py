@@ -46,8 +46,11 @@ class DecodeJob:
     chat: bool = False
     dtype: str = "float32"
     head: str | None = None
+    quantize: str = "none"
 
     def settings(self) -> dict[str, Any]:
+        # quantize is named only when used: records decoded before it existed stay resumable
+        quantized = {"quantize": self.quantize} if self.quantize != "none" else {}
         return {
             "dataset": self.dataset,
             "split": self.split,
@@ -56,6 +59,7 @@ class DecodeJob:
             "draft": self.draft if self.config.method.speculative else None,
             "chat": self.chat,
             "dtype": self.dtype,
+            **quantized,
             "head": self.head,
             **self.config.to_dict(),
         }
@@ -148,7 +152,12 @@ def run_decode(
     tokenizer = load_tokenizer(job.target)
     draft_name = job.draft if job.config.method.speculative else None
     target, draft = load_pair(
-        job.target, draft_name, job.dtype, device, attn_implementation=attn_implementation
+        job.target,
+        draft_name,
+        job.dtype,
+        device,
+        attn_implementation=attn_implementation,
+        quantize=job.quantize,
     )
     head = load_head_for(job.head, target, draft) if job.head else None
     if progress:

@@ -68,6 +68,10 @@ def run_doctor(data_dir: str | None = None) -> int:
         dtype, why = choose_dtype("auto", "cpu")
         kernels = f"oneDNN pre-packed {dtype} linears" if available() else f"torch's default {dtype} linears"
         _line(True, "dtype auto", f"{dtype}: {why}; {kernels}")
+        from diversed.engine.quantize import choose_quantize
+
+        weights, why = choose_quantize("auto", dtype, "cpu")
+        _line(True, "quantize auto", f"{weights}: {why}")
     from diversed.embedded import EMBEDDED, model_dir
 
     for name in EMBEDDED:

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from diversed import embedded
 from diversed.embedded import is_embedded
 from diversed.engine.cpu import use_onednn_linear
+from diversed.engine.quantize import use_fp16_weights
 
 
 class ModelError(ValueError):
@@ -61,13 +62,21 @@ def load_model(
     device: str = "cpu",
     attn_implementation: str | None = None,
     onednn: bool = True,
+    quantize: str = "none",
 ) -> PreTrainedModel:
-    """A causal LM in eval mode on ``device``; on CPU its linears use oneDNN (:mod:`diversed.engine.cpu`)."""
+    """A causal LM in eval mode on ``device``; on CPU its linears use oneDNN (:mod:`diversed.engine.cpu`)
+    or, with ``quantize="fp16"``, fp16 weights and fp32 compute (:mod:`diversed.engine.quantize`)."""
+    if quantize not in ("none", "fp16"):
+        raise ModelError(f"quantize {quantize!r} is not one of: none, fp16 (resolve auto first)")
+    if quantize != "none" and device != "cpu":
+        raise ModelError(f"--quantize {quantize} runs on CPU only, not on {device}")
     kwargs = {"dtype": getattr(torch, dtype)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = _from_pretrained(AutoModelForCausalLM, name, **kwargs).to(device).eval()
-    if onednn and device == "cpu":
+    if quantize == "fp16":
+        use_fp16_weights(model)
+    elif onednn and device == "cpu":
         use_onednn_linear(model)
     return model
 
@@ -79,12 +88,13 @@ def load_pair(
     device: str = "cpu",
     onednn: bool = True,
     attn_implementation: str | None = None,
+    quantize: str = "none",
 ) -> tuple[PreTrainedModel, PreTrainedModel | None]:
     """Target and (optional) draft, checked to share one vocabulary."""
-    target = load_model(target_name, dtype, device, attn_implementation, onednn)
+    target = load_model(target_name, dtype, device, attn_implementation, onednn, quantize)
     if draft_name is None:
         return target, None
-    draft = load_model(draft_name, dtype, device, attn_implementation, onednn)
+    draft = load_model(draft_name, dtype, device, attn_implementation, onednn, quantize)
     check_pair(target, draft, target_name, draft_name)
     return target, draft
 

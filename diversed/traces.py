@@ -49,12 +49,15 @@ class TraceJob:
     draft_length: int = 4  # tokens drafted per block of the speculative sampler
     chat: bool = False
     dtype: str = "float32"
+    quantize: str = "none"
     seed: int = 42
 
     def settings(self) -> dict[str, Any]:
         """The job's fields, and a previous head's content hash: a head is named by its folder, but
         a head retrained into the same folder makes traces sampled from the old one stale."""
         values = asdict(self)
+        if self.quantize == "none":  # named only when used: traces collected before it existed stay valid
+            del values["quantize"]
         values["behaviour_weights"] = list(self.behaviour_weights)
         if self.head and (Path(self.head) / WEIGHTS).exists():
             values["head_sha256"] = hashlib.sha256((Path(self.head) / WEIGHTS).read_bytes()).hexdigest()[:16]
@@ -162,7 +165,7 @@ def collect_traces(
     if not todo:
         return out_dir
     tokenizer = load_tokenizer(job.target)
-    target, draft = load_pair(job.target, job.draft, job.dtype, device)
+    target, draft = load_pair(job.target, job.draft, job.dtype, device, quantize=job.quantize)
     head = load_head_for(job.head, target, draft) if job.head else None
     stop_ids = eos_ids(tokenizer, target)
     task = get_task(job.dataset)

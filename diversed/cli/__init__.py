@@ -79,6 +79,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from diversed.engine.cpu import choose_dtype
 
             args.dtype = choose_dtype("auto", getattr(args, "device", "cpu"))[0]
+        if getattr(args, "quantize", None):  # auto resolved, fp16 checked against the device
+            from diversed.engine.quantize import choose_quantize
+
+            args.quantize = choose_quantize(args.quantize, args.dtype, getattr(args, "device", "cpu"))[0]
         return run_tracked(args) if args.track else args.func(args)
     except (ValueError, OSError) as err:  # ConfigError, ModelError, DataError, HeadError are ValueErrors
         parser.exit(2, f"diversed {args.command}: error: {err}\n")

@@ -14,7 +14,7 @@ from diversed.cli.flags import (
     check_method_inputs,
     decode_config,
 )
-from diversed.config import DTYPES
+from diversed.config import DTYPES, QUANTIZE
 from diversed.methods import Method
 
 
@@ -28,7 +28,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(args.target)
     draft_name = args.draft if config.method.speculative else None
     target, draft = load_pair(
-        args.target, draft_name, args.dtype, args.device, attn_implementation=args.attn_implementation
+        args.target,
+        draft_name,
+        args.dtype,
+        args.device,
+        attn_implementation=args.attn_implementation,
+        quantize=args.quantize,
     )
     head = load_head_for(args.head, target, draft) if config.method is Method.DIVERSED else None
     decoder = Decoder(target, draft, config, head=head, eos_token_ids=eos_ids(tokenizer, target))
@@ -59,6 +64,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         args.chat,
         args.dtype,
         head=head,
+        quantize=args.quantize,
     )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
@@ -164,6 +170,12 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--draft", help="draft model (with --target)")
     bench.add_argument(
         "--dtype", default="auto", choices=DTYPES, help="model dtype (auto: see generate --help)"
+    )
+    bench.add_argument(
+        "--quantize",
+        default="none",
+        choices=QUANTIZE,
+        help="weight storage of the linears: none, fp16 or auto (see generate --help)",
     )
     bench.add_argument("--prompts", nargs="+", help="prompts (default: a few built-in ones)")
     bench.add_argument(

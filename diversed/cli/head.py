@@ -25,6 +25,7 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
         draft_length=args.draft_length,
         chat=args.chat,
         dtype=args.dtype,
+        quantize=args.quantize,
         seed=args.seed,
     )
     for weight in job.behaviour_weights:

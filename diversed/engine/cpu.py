@@ -36,6 +36,7 @@ import ctypes
 import mmap
 import sys
 import types
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -121,15 +122,16 @@ class _FilePages:
         self._advise(tensor, _MADV_DONTNEED)
 
 
-def use_onednn_linear(model: nn.Module) -> int:
-    """Switch the model's CPU fp32/bf16 linears to pre-packed oneDNN weights; return how many."""
-    if not available():
-        return 0
+def pack_linears(
+    model: nn.Module, dtypes: tuple[torch.dtype, ...], pack: Callable[[nn.Linear, torch.Tensor], None]
+) -> int:
+    """Give every CPU ``nn.Linear`` of ``model`` whose weight has one of ``dtypes`` a packed form
+    (``pack(module, weight)`` stores it and sets ``module.forward``); release the dense weights
+    nothing else shares; return how many linears were packed. Threads and page handling: see above."""
     pages = _FilePages()
     counts: dict[int, int] = {}
     for _, param in model.named_parameters(remove_duplicate=False):
         counts[param.data_ptr()] = counts.get(param.data_ptr(), 0) + 1
-    dtypes = (torch.float32, torch.bfloat16) if onednn_bf16() else (torch.float32,)
     linears = []
     for module in model.modules():
         weight = getattr(module, "weight", None)
@@ -137,16 +139,28 @@ def use_onednn_linear(model: nn.Module) -> int:
         if type(module) is nn.Linear and weight.device.type == "cpu" and packable:
             linears.append(module)
 
-    def pack(module: nn.Linear) -> None:
+    def pack_one(module: nn.Linear) -> None:
         weight = module.weight.detach()
         pages.populate(weight)
         with torch.no_grad():  # per thread: grad mode is thread-local
-            module.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+            pack(module, weight)
         if counts.get(weight.data_ptr(), 0) == 1:
             pages.drop(weight)
             module.weight = nn.Parameter(torch.empty(weight.shape, device="meta"), requires_grad=False)
-        module.forward = types.MethodType(_packed_forward, module)
 
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
-        list(pool.map(pack, linears))  # list(): re-raises the first error of any thread
+        list(pool.map(pack_one, linears))  # list(): re-raises the first error of any thread
     return len(linears)
+
+
+def use_onednn_linear(model: nn.Module) -> int:
+    """Switch the model's CPU fp32/bf16 linears to pre-packed oneDNN weights; return how many."""
+    if not available():
+        return 0
+
+    def pack(module: nn.Linear, weight: torch.Tensor) -> None:
+        module.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+        module.forward = types.MethodType(_packed_forward, module)
+
+    dtypes = (torch.float32, torch.bfloat16) if onednn_bf16() else (torch.float32,)
+    return pack_linears(model, dtypes, pack)

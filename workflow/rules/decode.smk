@@ -11,6 +11,7 @@ rule decode:
         target=MODELS["target"],
         draft=MODELS["draft"],
         dtype=MODELS["dtype"],
+        quantize=MODELS["quantize"],
         n=lambda w: SETTINGS[w.setting].get("n_examples", DATA["n_examples"]),
         split=DATA["split"],
         chat="--chat" if DATA["chat"] else "",
@@ -28,7 +29,7 @@ rule decode:
         "results/logs/decode/{dataset}/{setting}.log",
     shell:
         "(diversed --track decode decode --dataset {wildcards.dataset} --split {params.split} --n-examples {params.n}"
-        " --target {params.target} --draft {params.draft} --dtype {params.dtype} {params.chat}"
+        " --target {params.target} --draft {params.draft} --dtype {params.dtype} --quantize {params.quantize} {params.chat}"
         " {params.setting} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
         " --batch-size {params.batch_size} --latency-examples {params.latency_examples}"
         " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"

@@ -13,6 +13,8 @@ rule collect_traces:
     params:
         target=MODELS["target"],
         draft=MODELS["draft"],
+        dtype=MODELS["dtype"],
+        quantize=MODELS["quantize"],
         n=HEAD["n_examples"],
         dataset=lambda w: head_source(w.train_dataset)[0],
         split=lambda w: head_source(w.train_dataset)[1],
@@ -38,4 +40,4 @@ rule collect_traces:
         "(diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " {params.behaviour} --seed {params.seed} --target {params.target} --draft {params.draft}"
-        " --batch-size {params.batch_size} --draft-length {params.draft_length} {params.flags} --quiet --replace-stale --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
+        " --dtype {params.dtype} --quantize {params.quantize} --batch-size {params.batch_size} --draft-length {params.draft_length} {params.flags} --quiet --replace-stale --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
