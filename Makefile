@@ -12,7 +12,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 DIVERSED_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data)))
 export DIVERSED_DATA_DIR
 
-.PHONY: test test-slurm reproduce study models lint bench bench-qwen clean
+.PHONY: test test-slurm reproduce study models lint bench bench-qwen bench-qwen-fp16 clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,12 @@ bench-qwen: models
 	$(BIN)/diversed bench --target embedded:qwen2.5-coder-1.5b --draft embedded:qwen2.5-coder-0.5b \
 		--dataset humaneval --n-prompts 4 --max-new-tokens 128 --num-assistant-tokens 4 \
 		--batch-sizes 1 2 4 --repeats 3 --out benchmarks/results/bench-qwen-batched.json
+
+# The same with fp16 weights (--quantize fp16, diversed/engine/quantize.py), batch sizes 1 and 4.
+bench-qwen-fp16: models
+	$(BIN)/diversed bench --target embedded:qwen2.5-coder-1.5b --draft embedded:qwen2.5-coder-0.5b \
+		--quantize fp16 --dataset humaneval --n-prompts 4 --max-new-tokens 128 --num-assistant-tokens 4 \
+		--batch-sizes 1 4 --repeats 3 --out benchmarks/results/bench-qwen-fp16.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .snakemake
