@@ -53,6 +53,7 @@ from transformers import DynamicCache
 from diversed.bench import DEFAULT_PROMPTS
 from diversed.data import load_examples
 from diversed.engine.cpu import native_bf16, use_onednn_linear
+from diversed.engine.quantize import fp16_linear, pack_fp16
 from diversed.models import load_model, load_tokenizer
 
 ACTIVATION_LEVELS = 63  # 7 bits, zero point 64: |x / scale| <= 63 keeps u8 x s8 pairs below 2**15
@@ -86,11 +87,10 @@ class HalfWeights:
     """``fp16``: fbgemm's fp16-weight linear, fp32 activations (``diversed.engine.quantize``)."""
 
     def __init__(self, linear: nn.Linear) -> None:
-        bias = None if linear.bias is None else linear.bias.detach()
-        self.packed = torch.ops.quantized.linear_prepack_fp16(linear.weight.detach().float(), bias)
+        self.packed = pack_fp16(linear.weight, linear.bias)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+        return fp16_linear(x, self.packed)
 
 
 class PerRow:

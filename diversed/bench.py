@@ -199,16 +199,11 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     target, draft, tokenizer, target_name, draft_name = (
         _load_pair(args) if args.target else _tiny_bench_pair()
     )
-    if not args.target and args.quantize == "fp16":
-        from diversed.engine.quantize import use_fp16_weights
+    if not args.target:
+        from diversed.models import use_cpu_linears
 
-        use_fp16_weights(target)
-        use_fp16_weights(draft)
-    elif not args.target and not args.no_onednn:
-        from diversed.engine.cpu import use_onednn_linear
-
-        use_onednn_linear(target)
-        use_onednn_linear(draft)
+        for model in (target, draft):
+            use_cpu_linears(model, "cpu", not args.no_onednn, args.quantize)
     prompts, prompt_source = _prompts(args, tokenizer)
     if max(args.batch_sizes) > len(prompts):
         raise ValueError(f"batch size {max(args.batch_sizes)} is larger than the {len(prompts)} prompts")

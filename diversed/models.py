@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from diversed import embedded
 from diversed.embedded import is_embedded
 from diversed.engine.cpu import use_onednn_linear
-from diversed.engine.quantize import use_fp16_weights
+from diversed.engine.quantize import choose_quantize, use_fp16_weights
 
 
 class ModelError(ValueError):
@@ -66,19 +66,21 @@ def load_model(
 ) -> PreTrainedModel:
     """A causal LM in eval mode on ``device``; on CPU its linears use oneDNN (:mod:`diversed.engine.cpu`)
     or, with ``quantize="fp16"``, fp16 weights and fp32 compute (:mod:`diversed.engine.quantize`)."""
-    if quantize not in ("none", "fp16"):
-        raise ModelError(f"quantize {quantize!r} is not one of: none, fp16 (resolve auto first)")
-    if quantize != "none" and device != "cpu":
-        raise ModelError(f"--quantize {quantize} runs on CPU only, not on {device}")
+    quantize = choose_quantize(quantize, dtype, device)[0]
     kwargs = {"dtype": getattr(torch, dtype)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = _from_pretrained(AutoModelForCausalLM, name, **kwargs).to(device).eval()
+    use_cpu_linears(model, device, onednn, quantize)
+    return model
+
+
+def use_cpu_linears(model: PreTrainedModel, device: str, onednn: bool, quantize: str) -> None:
+    """The CPU kernels for the model's linears: fp16 weights (``quantize="fp16"``), else oneDNN."""
     if quantize == "fp16":
         use_fp16_weights(model)
     elif onednn and device == "cpu":
         use_onednn_linear(model)
-    return model
 
 
 def load_pair(

@@ -60,15 +60,25 @@ def choose_quantize(name: str, dtype: str, device: str = "cpu") -> tuple[str, st
     return "fp16", "fp32 models on a CPU: fp16 weights stream half the bytes"
 
 
+def pack_fp16(weight: torch.Tensor, bias: torch.Tensor | None) -> torch.ScriptObject:
+    """One linear's weight (and fp32 bias) in fbgemm's packed fp16 form."""
+    bias = None if bias is None else bias.detach().float()
+    with warnings.catch_warnings():  # fbgemm warns about weights beyond fp16's range, then saturates them
+        warnings.simplefilter("ignore")
+        return torch.ops.quantized.linear_prepack_fp16(weight.detach().float(), bias)
+
+
+def fp16_linear(x: torch.Tensor, packed: torch.ScriptObject) -> torch.Tensor:
+    """``x @ W.T + b`` with ``W`` from :func:`pack_fp16`, computed in fp32, returned in ``x``'s dtype."""
+    return torch.ops.quantized.linear_dynamic_fp16(x.float(), packed).to(x.dtype)
+
+
 def _fp16_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    return torch.ops.quantized.linear_dynamic_fp16(x.float(), self.fp16_weight).to(x.dtype)
+    return fp16_linear(x, self.fp16_weight)
 
 
 def _pack(module: nn.Linear, weight: torch.Tensor) -> None:
-    bias = None if module.bias is None else module.bias.detach().float()
-    with warnings.catch_warnings():  # fbgemm warns about weights beyond fp16's range, then saturates them
-        warnings.simplefilter("ignore")
-        module.fp16_weight = torch.ops.quantized.linear_prepack_fp16(weight.float(), bias)
+    module.fp16_weight = pack_fp16(weight, module.bias)
     module.forward = types.MethodType(_fp16_forward, module)
 
 
