@@ -25,14 +25,23 @@ that is needed: no LM runs during training. Per batch of sequences:
 Selection (``select_head``): the traces' prompts are split into train and validation (never the
 test split); one head is trained per lambda, every epoch is a checkpoint, and so is the head the
 round starts from (the previous round's, or the fresh one: w = 0.5 everywhere), so "no change" can
-win. Each is scored on validation by two off-policy figures that need no LM: ``val_reward_gain``,
-the first-order estimate of the reward change over the behaviour policy, mean_t (r_t - 1) A_t, and
-``val_acceptance``, E_t[1 - w_t TV_t]. The rule: among checkpoints whose reward gain is at least
-``-tolerance`` (do not trade quality), the highest acceptance; if none, the highest reward gain.
+win. Each is scored on validation by two off-policy figures that need no LM. ``val_acceptance`` is
+E_t[1 - w_t TV_t]. ``val_reward_gain`` is the first-order estimate of the change in a sequence's
+expected reward when its tokens come from the head's mixture instead of the behaviour mu, in reward
+units (pass-rate points for pass/fail tasks): per sequence (sum_t (r_t - 1)) (R - b), the linear term
+of (prod_t r_t - 1) R, averaged per prompt, then over prompts. Because E_mu[r_t] = 1 it is unbiased
+for any constant b; b is the train mean reward, the constant that keeps its variance low.
+The rule is a non-inferiority test against the starting head, with the prompt as the unit: a
+checkpoint is eligible when the one-sided ``confidence`` lower bound of its gain minus the starting
+head's (paired over the same prompts) is at least ``-tolerance``; the chosen one has the highest
+validation acceptance among the eligible. The starting head always is (a zero difference with zero
+spread), so there is always a choice, and a move the held-out prompts cannot vouch for is not made.
+Why a bound, not the point estimate: the embedded default's second round had 8 validation sequences,
+and a collapsed checkpoint (w = 0.007) had a point estimate of +0.006, while the spread of such an
+estimate grows with how far the head moves from the behaviour; its lower bound rules it out.
 When every training sequence has the same reward there is nothing to learn (with A = R - 1 an
 all-failed set still has |A| = 1, so S would let the acceptance term act alone): the starting head
-is kept. In the embedded default's first round (0 passes in 12 train sequences) training anyway
-drove w to 0.001, and one passing validation sequence made that checkpoint look best.
+is kept.
 
 AdamW, linear warm-up then cosine decay, gradient clipping, a fixed seed. Every step's loss,
 reward, mean weight and expected acceptance go to ``train_log.jsonl`` (and to an optional
@@ -49,6 +58,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import torch
@@ -148,21 +158,66 @@ def head_weights(head: EnsembleHead, trajectories: Sequence[Trajectory]) -> torc
     return torch.cat([head(t.tensors["h_draft"], t.tensors["h_target"]) for t in trajectories])
 
 
+def _prompt(t: Trajectory) -> str:
+    """The prompt a trajectory answers: ids are ``<example>@<behaviour>``."""
+    return t.id.rsplit("@", 1)[0]
+
+
 @torch.no_grad()
-def evaluate(
-    head: EnsembleHead, trajectories: Sequence[Trajectory], baseline_kind: str, mean_reward: float
-) -> dict[str, float]:
-    """Off-policy validation figures (no LM): first-order reward gain over the behaviour policy
-    and expected acceptance. ``mean_reward`` is the training traces' mean, the batch/running
-    baseline's stand-in on held-out sequences."""
+def prompt_gains(head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float) -> torch.Tensor:
+    """Per prompt (sorted by id): the mean over its sequences of (sum_t (r_t - 1)) (R - baseline),
+    the first-order estimate of the reward change of the module docstring."""
     tensors, owner, rewards = _flatten(trajectories)
-    w, ratio = _policy(head, tensors)
-    baseline = 1.0 if baseline_kind == "minus_one" else mean_reward
-    advantage = (rewards - baseline)[owner]
+    _, ratio = _policy(head, tensors)
+    moved = torch.zeros(len(trajectories), dtype=ratio.dtype).index_add_(0, owner, ratio - 1)
+    gains = moved * (rewards - baseline).to(ratio.dtype)
+    prompts = sorted({_prompt(t) for t in trajectories})
+    index = torch.tensor([prompts.index(_prompt(t)) for t in trajectories])
+    total = torch.zeros(len(prompts), dtype=gains.dtype).index_add_(0, index, gains)
+    return total / torch.bincount(index, minlength=len(prompts)).to(gains.dtype)
+
+
+@torch.no_grad()
+def evaluate(head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float) -> dict[str, float]:
+    """Off-policy validation figures (no LM): the estimated reward gain over the behaviour policy
+    and the expected acceptance. ``baseline`` is the training traces' mean reward."""
+    tensors, _, _ = _flatten(trajectories)
+    w, _ = _policy(head, tensors)
     return {
-        "val_reward_gain": float(((ratio - 1) * advantage).mean()),
+        "val_reward_gain": float(prompt_gains(head, trajectories, baseline).mean()),
         "val_acceptance": float((1 - w * tensors["tv"]).mean()),
         "val_mean_weight": float(w.mean()),
+    }
+
+
+def lower_bound(differences: torch.Tensor, confidence: float) -> tuple[float, float]:
+    """(mean, one-sided ``confidence`` lower bound) of paired per-prompt differences, normal
+    approximation. Fewer than two prompts give no spread estimate: the bound is -inf unless every
+    difference is exactly 0."""
+    mean = float(differences.mean())
+    if not differences.any():
+        return mean, mean
+    if differences.numel() < 2:
+        return mean, -math.inf
+    spread = float(differences.std()) / math.sqrt(differences.numel())
+    return mean, mean - NormalDist().inv_cdf(confidence) * spread
+
+
+def validation_figures(
+    head: EnsembleHead,
+    validation: Sequence[Trajectory],
+    baseline: float,
+    start_gains: torch.Tensor,
+    confidence: float,
+) -> dict[str, Any]:
+    """A checkpoint's figures for the selection rule: ``evaluate``'s, plus its reward change
+    against the starting head (whose ``prompt_gains`` are ``start_gains``), paired over the
+    validation prompts, and that change's lower bound (None without a spread estimate)."""
+    change, low = lower_bound(prompt_gains(head, validation, baseline) - start_gains, confidence)
+    return {
+        **evaluate(head, validation, baseline),
+        "val_reward_vs_start": change,
+        "val_reward_vs_start_low": low if math.isfinite(low) else None,  # JSON has no -inf
     }
 
 
@@ -260,24 +315,20 @@ def split_by_prompt(
     """(train, validation): a seeded ``share`` of the prompts, with every sequence of a prompt on
     one side (ids are ``<example>@<behaviour>``), so validation never sees a training prompt."""
 
-    def prompt(t: Trajectory) -> str:
-        return t.id.rsplit("@", 1)[0]
-
-    prompts = sorted({prompt(t) for t in trajectories})
+    prompts = sorted({_prompt(t) for t in trajectories})
     random.Random(seed).shuffle(prompts)
     held = set(prompts[: round(share * len(prompts))]) if len(prompts) > 1 else set()
-    train = [t for t in trajectories if prompt(t) not in held]
-    return train, [t for t in trajectories if prompt(t) in held]
+    train = [t for t in trajectories if _prompt(t) not in held]
+    return train, [t for t in trajectories if _prompt(t) in held]
 
 
 def choose(candidates: Sequence[dict[str, Any]], tolerance: float) -> int:
-    """Index of the checkpoint the selection rule of the module docstring picks."""
-    eligible = [i for i, c in enumerate(candidates) if c["val_reward_gain"] >= -tolerance]
-    if eligible:
-        return max(
-            eligible, key=lambda i: (candidates[i]["val_acceptance"], candidates[i]["val_reward_gain"])
-        )
-    return max(range(len(candidates)), key=lambda i: candidates[i]["val_reward_gain"])
+    """Index of the checkpoint the selection rule of the module docstring picks: the highest
+    validation acceptance among those whose lower bound on the reward change against the starting
+    head (candidate 0, always eligible) is at least ``-tolerance``."""
+    lows = [c["val_reward_vs_start_low"] for c in candidates]
+    eligible = [i for i, low in enumerate(lows) if i == 0 or (low is not None and low >= -tolerance)]
+    return max(eligible, key=lambda i: (candidates[i]["val_acceptance"], lows[i]))
 
 
 def select_head(
@@ -290,6 +341,7 @@ def select_head(
     log_path: Path | None = None,
     log_step: LogStep | None = None,
     progress: bool = True,
+    confidence: float = 0.95,
 ) -> tuple[EnsembleHead, dict[str, Any]]:
     """Train one head per lambda on the train prompts, score every epoch and the starting head
     (``init``, the previous round's, else the fresh one) on the validation prompts, and return the
@@ -301,12 +353,18 @@ def select_head(
     candidates: list[dict[str, Any]] = []
     snapshots: list[EnsembleHead] = []
 
+    start_gains: list[torch.Tensor] = []
+
     def checkpoint(head: EnsembleHead, lam: float | None, epoch: int, step: int) -> None:
-        figures = evaluate(head, validation, baseline_kind, mean_reward) if validation else {}
+        figures: dict[str, Any] = {}
+        if validation:
+            if not start_gains:
+                start_gains.append(prompt_gains(head, validation, mean_reward))
+            figures = validation_figures(head, validation, mean_reward, start_gains[0], confidence)
+        if log_step and figures:
+            log_step(step, {k: v for k, v in figures.items() if v is not None})
         candidates.append({"reg_lambda": lam, "epoch": epoch, **figures})
         snapshots.append(copy.deepcopy(head).eval())
-        if log_step and figures:
-            log_step(step, figures)
 
     checkpoint(start_head(trajectories, cfg, init), None, 0, 0)
     if len({t.reward for t in train}) == 1:
@@ -330,7 +388,8 @@ def select_head(
         if validation:
             index = choose(candidates, tolerance)
             rule = (
-                f"max val_acceptance subject to val_reward_gain >= {-tolerance:g}, else max val_reward_gain"
+                f"max val_acceptance among checkpoints whose reward change against the starting head has a "
+                f"{confidence:g} lower bound >= {-tolerance:g} ({len(start_gains[0])} validation prompts)"
             )
         else:
             index = cfg.epochs  # candidates: the starting head, then each lambda's epochs in order
@@ -356,6 +415,7 @@ def train_from_traces(
     init: str | Path | None = None,
     log_step: LogStep | None = None,
     progress: bool = True,
+    confidence: float = 0.95,
 ) -> dict[str, Any]:
     """Train on one or several trace folders (the rounds so far), starting from the head at
     ``init`` if given, choose lambda and the epoch by the selection rule, save head and card."""
@@ -380,6 +440,7 @@ def train_from_traces(
         out_dir / "train_log.jsonl",
         log_step,
         progress,
+        confidence,
     )
     summary = weight_summary(head_weights(head, trajectories))
     settings = manifests[-1]["settings"]

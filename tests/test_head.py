@@ -17,12 +17,16 @@ from diversed.tiny import write_tiny_pair
 from diversed.traces import TraceJob, Trajectory, read_manifest
 from diversed.train import (
     TrainConfig,
+    choose,
     evaluate,
     head_weights,
+    lower_bound,
+    prompt_gains,
     resolve_baseline,
     select_head,
     split_by_prompt,
     train_head,
+    validation_figures,
 )
 
 
@@ -157,24 +161,83 @@ def test_selection_holds_out_whole_prompts_and_follows_its_rule():
     cfg = TrainConfig(epochs=3, batch_size=8, lr=5e-2, warmup_steps=2, seed=1)
     logged = []
     head, record = select_head(
-        trajectories, cfg, [0.1, 1.0, 10.0], 0.25, log_step=lambda s, f: logged.append(f)
+        trajectories, cfg, [0.1, 1.0, 10.0], 0.25, 0.02, log_step=lambda s, f: logged.append(f)
     )
     candidates = record["candidates"]
     assert [(c["reg_lambda"], c["epoch"]) for c in candidates] == [(None, 0)] + [
         (lam, e) for lam in (0.1, 1.0, 10.0) for e in (1, 2, 3)
     ]
     assert candidates[0]["val_mean_weight"] == 0.5 and candidates[0]["val_reward_gain"] == 0.0
-    eligible = [c for c in candidates if c["val_reward_gain"] >= 0]
-    best = (
-        max(eligible, key=lambda c: c["val_acceptance"])
-        if eligible
-        else max(candidates, key=lambda c: c["val_reward_gain"])
-    )
-    assert record["chosen"] == best and record["validation_sequences"] == 10
-    assert evaluate(head, validation, record["baseline"], 0.0)["val_acceptance"] == pytest.approx(
-        best["val_acceptance"]
+    assert candidates[0]["val_reward_vs_start"] == candidates[0]["val_reward_vs_start_low"] == 0.0
+    eligible = [c for c in candidates if c["val_reward_vs_start_low"] >= -0.02]
+    assert record["chosen"] == max(eligible, key=lambda c: c["val_acceptance"])
+    assert record["validation_sequences"] == 10
+    assert evaluate(head, validation, 0.0)["val_acceptance"] == pytest.approx(
+        record["chosen"]["val_acceptance"]
     )
     assert any("val_acceptance" in f for f in logged) and any("mean_weight" in f for f in logged)
+
+
+def test_selection_learns_where_validation_vouches_for_it():
+    """Pass/fail rewards, 64 prompts (16 held out): the chosen checkpoint trusts the draft more on
+    easy contexts than on hard ones, accepts more than the start, and its reward change against
+    the start has a lower bound within the tolerance."""
+    trajectories, hard = synthetic_traces(64)
+    trajectories = [
+        Trajectory(f"p{i}@w0.5", float(t.reward >= 0.8), t.tensors) for i, t in enumerate(trajectories)
+    ]
+    cfg = TrainConfig(epochs=10, batch_size=8, lr=5e-2, warmup_steps=5, seed=0)
+    head, record = select_head(trajectories, cfg, [0.03, 0.1, 0.3], 0.25, 0.02, progress=False)
+    chosen, start = record["chosen"], record["candidates"][0]
+    assert chosen["epoch"] > 0 and chosen["val_reward_vs_start_low"] >= -0.02
+    assert chosen["val_acceptance"] > start["val_acceptance"]
+    w = head_weights(head, trajectories)
+    assert float(w[hard].mean()) - float(w[~hard].mean()) > 0.1
+
+
+def _collapsed(head: EnsembleHead) -> EnsembleHead:
+    """``head`` with its target-weight logit lowered until w ~ 0.007 everywhere."""
+    with torch.no_grad():
+        head.out.bias.copy_(torch.tensor([2.5, -2.5]))
+    return head
+
+
+def test_selection_refuses_a_collapsed_head_that_a_point_estimate_would_take():
+    """The embedded default's failure: on a handful of validation prompts a collapsed head's
+    estimated reward change came out positive by chance, and comparing the point estimate with 0
+    took it. Here one of 8 prompts passed with tokens the draft liked, so the point estimate is
+    positive; its lower bound is far below -0.02, and the rule keeps the starting head."""
+    g = torch.Generator().manual_seed(0)
+    trajectories = []
+    for i in range(8):
+        q_y = torch.rand(10, generator=g) * 0.8 + 0.1
+        p_y = q_y * 0.5 if i == 0 else torch.rand(10, generator=g) * 0.8 + 0.1
+        tensors = {
+            "h_draft": torch.randn(10, 6, generator=g).half(),
+            "h_target": torch.randn(10, 6, generator=g).half(),
+            "p_y": p_y,
+            "q_y": q_y,
+            "tv": (p_y - q_y).abs(),
+            "mu": 0.5 * p_y + 0.5 * q_y,
+        }
+        trajectories.append(Trajectory(f"p{i}@w0.5", float(i == 0), tensors))
+    start = EnsembleHead(6, 6)
+    collapsed = _collapsed(EnsembleHead(6, 6))
+    assert float(head_weights(collapsed, trajectories).max()) < 0.01
+    base = prompt_gains(start, trajectories, 0.125)
+    assert not base.any()  # the start is the behaviour: no change at all
+    figures = [validation_figures(h, trajectories, 0.125, base, 0.95) for h in (start, collapsed)]
+    assert figures[1]["val_reward_gain"] > 0 and figures[1]["val_acceptance"] > figures[0]["val_acceptance"]
+    assert figures[1]["val_reward_vs_start_low"] < -0.02
+    assert choose(figures, 0.02) == 0
+    assert choose(figures, 10.0) == 1  # a margin wide enough to accept anything takes it
+
+
+def test_lower_bound_of_identical_runs_is_exactly_zero_and_needs_two_prompts():
+    assert lower_bound(torch.zeros(5), 0.95) == (0.0, 0.0)
+    assert lower_bound(torch.tensor([0.3]), 0.95) == (pytest.approx(0.3), -float("inf"))
+    mean, low = lower_bound(torch.tensor([0.1, 0.3]), 0.95)
+    assert mean == pytest.approx(0.2) and low == pytest.approx(0.2 - 1.6449 * 0.1, abs=1e-4)
 
 
 def test_without_validation_prompts_the_first_lambdas_last_epoch_is_taken():

@@ -53,6 +53,8 @@ def cmd_train_head(args: argparse.Namespace) -> int:
             raise ConfigError(f"reg_lambda: {lam} must be > 0 (it rewards accepted drafts)")
     if not 0 <= args.validation_share < 1:
         raise ConfigError(f"validation_share: {args.validation_share} is not in [0, 1)")
+    if not 0.5 < args.confidence < 1:
+        raise ConfigError(f"confidence: {args.confidence} is not in (0.5, 1)")
     cfg = TrainConfig(
         epochs=args.epochs,
         batch_size=args.batch_size,
@@ -74,6 +76,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
         args.init,
         log_step=log_step,
         progress=not args.quiet,
+        confidence=args.confidence,
     )
     plot_weight_histogram(card, args.out)  # beside head.json: a tracked run logs the whole folder
     print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
@@ -155,8 +158,15 @@ def add_train_head(sub: argparse._SubParsersAction) -> None:
     tr.add_argument(
         "--tolerance",
         type=float,
-        default=0.0,
-        help="largest estimated reward loss a chosen checkpoint may have on validation (0.0)",
+        default=0.02,
+        help="non-inferiority margin in reward units: the chosen checkpoint's reward change against the "
+        "starting head must have a lower confidence bound >= -this on validation (0.02)",
+    )
+    tr.add_argument(
+        "--confidence",
+        type=float,
+        default=0.95,
+        help="one-sided confidence of that bound, prompts as the unit (0.95)",
     )
     tr.add_argument("--hidden", type=int, default=0, help="MLP width; 0 = the paper's linear head (0)")
     tr.add_argument("--seed", type=int, default=42, help="seed (42)")

@@ -20,6 +20,7 @@ rule train_head:
         baseline=HEAD["baseline"],
         validation_share=HEAD["validation_share"],
         tolerance=HEAD["select_tolerance"],
+        confidence=HEAD["select_confidence"],
         seed=HEAD["seed"],
         src=src_hash("head.py", "train.py", "traces.py"),
     resources:
@@ -31,4 +32,5 @@ rule train_head:
         " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr}"
         " --reg-lambda {params.reg_lambda} --reg-scale {params.reg_scale} --baseline {params.baseline}"
         " --validation-share {params.validation_share} --tolerance {params.tolerance}"
+        " --confidence {params.confidence}"
         " --seed {params.seed} --quiet > {log} 2>&1"
