@@ -178,9 +178,11 @@ def run_decode(
     bar = tqdm(
         total=len(todo), desc=f"{job.dataset} {job.config.method.value}", unit="ex", disable=not progress
     )
+    prompts = {index: prompt_ids(tokenizer, example.prompt, job.chat) for index, example in todo}
+    lengths = {index: len(ids) for index, ids in prompts.items()}
     with path.open("a", encoding="utf-8") as sink:
-        for batch in plan_batches(todo, batch_size, latency_examples):
-            ids = [prompt_ids(tokenizer, example.prompt, job.chat) for _, example in batch]
+        for batch in plan_batches(todo, batch_size, latency_examples, lengths):
+            ids = [prompts[index] for index, _ in batch]
             seeds = [job.config.seed + index for index, _ in batch]
             start = time.perf_counter()
             results = decoder.generate_batch(ids, seeds=seeds)
@@ -233,10 +235,15 @@ def _readiness() -> str:
 
 
 def plan_batches(
-    todo: list[tuple[int, Example]], batch_size: int, latency_examples: int
+    todo: list[tuple[int, Example]], batch_size: int, latency_examples: int, lengths: dict[int, int]
 ) -> list[list[tuple[int, Example]]]:
-    """Batches in example order: the job's first ``latency_examples`` examples one at a time, then
-    the rest ``batch_size`` at a time."""
+    """The job's first ``latency_examples`` examples one at a time, then the rest ``batch_size`` at
+    a time in order of prompt length (``lengths`` by example index): a left-padded batch prefills
+    every row to its longest prompt, and in example order HumanEval's batches of 4 carried 60% more
+    prompt tokens than their rows have, MBPP's 73% (10% and 7% sorted). Rows are seeded by example
+    index and equal their batch-1 decoding, so the order changes no output, only the time."""
     single = [item for item in todo if item[0] < latency_examples]
-    rest = [item for item in todo if item[0] >= latency_examples]
+    rest = sorted(
+        (item for item in todo if item[0] >= latency_examples), key=lambda item: (lengths[item[0]], item[0])
+    )
     return [[item] for item in single] + [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]

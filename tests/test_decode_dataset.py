@@ -11,6 +11,7 @@ import time
 import pytest
 
 from diversed.cli import main
+from diversed.data import load_examples
 from diversed.tiny import write_tiny_pair
 
 KEYS = {"id", "dataset", "method", "prompt", "completion", "prediction", "reference", "stats"}
@@ -131,8 +132,14 @@ def test_batched_decode_equals_batch_one_and_times_its_latency_subset(model_dirs
     argv = decode_argv(model_dirs, batched, 5, *sampling, "--batch-size", "3", "--latency-examples", "2")
     assert main(argv) == 0
     a, b = lines(one), lines(batched)
-    assert [r["id"] for r in a] == [r["id"] for r in b]
-    assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]
+    first_two = [e.id for e in load_examples("humaneval", "test", 5)[:2]]
+    assert [r["id"] for r in b[:2]] == first_two  # the latency subset first, alone
+    assert {r["id"]: r["token_ids"] for r in a} == {r["id"]: r["token_ids"] for r in b}
+    from diversed.models import load_tokenizer, prompt_ids
+
+    tokenizer = load_tokenizer(str(model_dirs[0]))
+    rest = [len(prompt_ids(tokenizer, r["prompt"], False)) for r in b[2:]]
+    assert rest == sorted(rest)  # batched in order of prompt length: the least left padding
     assert [r["batch"]["size"] for r in b] == [1, 1, 3, 3, 3]
     assert [r["stats"]["batch_size"] for r in b] == [1, 1, 3, 3, 3]
     from diversed.score import efficiency
