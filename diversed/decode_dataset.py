@@ -218,7 +218,22 @@ def run_decode(
             bar.set_postfix(postfix)
             bar.update(len(batch))
     bar.close()
+    mine = [example.id for i, example in enumerate(examples) if i % world == rank]
+    write_in_order(path, job, mine)
     return path
+
+
+def write_in_order(path: Path, job: DecodeJob, ids: list[str]) -> None:
+    """Rewrite a finished file with its records in the examples' order (batches run in order of
+    prompt length), atomically, so a file's content never depends on how it was batched."""
+    finished = read_finished(path, job)
+    if set(finished) != set(ids):
+        return
+    staging = path.with_name(path.name + ".ordering")
+    staging.write_text(
+        "".join(json.dumps(finished[i], ensure_ascii=False) + "\n" for i in ids), encoding="utf-8"
+    )
+    os.replace(staging, path)
 
 
 def _readiness() -> str:
