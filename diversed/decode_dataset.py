@@ -5,7 +5,9 @@ flushed and fsync'ed as the batch finishes. Rerunning with the same arguments sk
 already there (a line cut short by a kill is dropped and redone), so a killed job loses at most
 the batch in flight and never duplicates an example. Every line carries the settings that made
 it; a file made with other settings is refused, not mixed. The batch size is not a setting: row b
-of a batch equals its batch-1 decoding (fp32), so a job may resume at another batch size.
+of a batch equals its batch-1 decoding (fp32), so a job may resume at another batch size. Batches
+take the examples in order of prompt length (the least left padding to prefill); a finished file
+is rewritten in the examples' order.
 
 Latency keeps the paper's meaning (one prompt at a time): the first ``latency_examples`` examples
 of the job are decoded at batch 1, and their timings are the job's seconds per example; the
