@@ -36,9 +36,10 @@ checkpoint is eligible when the one-sided ``confidence`` lower bound of its gain
 head's (paired over the same prompts) is at least ``-tolerance``; the chosen one has the highest
 validation acceptance among the eligible. The starting head always is (a zero difference with zero
 spread), so there is always a choice, and a move the held-out prompts cannot vouch for is not made.
-Why a bound, not the point estimate: the embedded default's second round had 8 validation sequences,
-and a collapsed checkpoint (w = 0.007) had a point estimate of +0.006, while the spread of such an
-estimate grows with how far the head moves from the behaviour; its lower bound rules it out.
+Why a bound, not the point estimate: the spread of the estimate grows with how far the head moves
+from the behaviour. On the embedded default's second round (8 validation prompts) the collapsed
+checkpoints (w ~ 0.008) had point estimates of +0.03 to +0.10 pass rate, which a point-estimate rule
+took, and lower bounds of -0.11 to -0.14, which this one refuses.
 When every training sequence has the same reward there is nothing to learn (with A = R - 1 an
 all-failed set still has |A| = 1, so S would let the acceptance term act alone): the starting head
 is kept.
@@ -171,8 +172,8 @@ def prompt_gains(head: EnsembleHead, trajectories: Sequence[Trajectory], baselin
     _, ratio = _policy(head, tensors)
     moved = torch.zeros(len(trajectories), dtype=ratio.dtype).index_add_(0, owner, ratio - 1)
     gains = moved * (rewards - baseline).to(ratio.dtype)
-    prompts = sorted({_prompt(t) for t in trajectories})
-    index = torch.tensor([prompts.index(_prompt(t)) for t in trajectories])
+    prompts = {name: i for i, name in enumerate(sorted({_prompt(t) for t in trajectories}))}
+    index = torch.tensor([prompts[_prompt(t)] for t in trajectories])
     total = torch.zeros(len(prompts), dtype=gains.dtype).index_add_(0, index, gains)
     return total / torch.bincount(index, minlength=len(prompts)).to(gains.dtype)
 
