@@ -113,9 +113,7 @@ def merge_shards(job: DecodeJob, out: str | Path, world: int, data_dir=None, all
     if missing:
         raise DataError(f"cannot merge {out}: examples {missing[:5]} are in no shard")
     path = Path(out)
-    staging = path.with_name(path.name + ".merging")
-    staging.write_text("".join(json.dumps(records[e.id], ensure_ascii=False) + "\n" for e in examples))
-    os.replace(staging, path)
+    write_records(path, records, [e.id for e in examples])
     for rank in range(world):
         shard_path(out, rank, world).unlink()
     return path
@@ -227,13 +225,17 @@ def run_decode(
 
 def write_in_order(path: Path, job: DecodeJob, ids: list[str]) -> None:
     """Rewrite a finished file with its records in the examples' order (batches run in order of
-    prompt length), atomically, so a file's content never depends on how it was batched."""
+    prompt length), so a file's content never depends on how it was batched."""
     finished = read_finished(path, job)
-    if set(finished) != set(ids):
-        return
-    staging = path.with_name(path.name + ".ordering")
+    if set(finished) == set(ids):
+        write_records(path, finished, ids)
+
+
+def write_records(path: Path, records: dict[str, dict[str, Any]], ids: list[str]) -> None:
+    """``records[id]`` for each of ``ids``, one JSON line each, replacing ``path`` atomically."""
+    staging = path.with_name(path.name + ".staging")
     staging.write_text(
-        "".join(json.dumps(finished[i], ensure_ascii=False) + "\n" for i in ids), encoding="utf-8"
+        "".join(json.dumps(records[i], ensure_ascii=False) + "\n" for i in ids), encoding="utf-8"
     )
     os.replace(staging, path)
 
