@@ -20,15 +20,15 @@ import subprocess
 import time
 from pathlib import Path
 
+import torch
+
 from diversed.traces import load_traces
 from diversed.train import (
     TrainConfig,
-    evaluate,
     head_weights,
-    lower_bound,
-    prompt_gains,
     split_by_prompt,
     train_head,
+    validation_figures,
     weight_summary,
 )
 
@@ -36,6 +36,11 @@ OBJECTIVES = {
     "old: fixed lambda, batch baseline": {"reg_scale": "fixed", "baseline": "batch"},
     "new: relative, trust region, auto baseline": {"reg_scale": "relative", "baseline": "auto"},
 }
+
+
+def _number(value: float | None) -> float:
+    """A figure for the table; NaN where there is none (no validation, or no spread estimate)."""
+    return float("nan") if value is None else value
 
 
 def main() -> None:
@@ -59,9 +64,10 @@ def main() -> None:
             )
             head, _ = train_head(train, cfg, progress=False)
             summary = weight_summary(head_weights(head, trajectories))
-            figures = evaluate(head, validation, mean_reward) if validation else {}
-            if validation:  # the selection rule's bound; the fresh head (w = 0.5) is the behaviour
-                _, figures["val_reward_low"] = lower_bound(prompt_gains(head, validation, mean_reward), 0.95)
+            # the selection rule's figures against the fresh head, which is the behaviour (gains 0)
+            figures = (
+                validation_figures(head, validation, mean_reward, torch.zeros(()), 0.95) if validation else {}
+            )
             summary.pop("w_histogram")
             rows.append({"objective": name, "reg_lambda": lam, **summary, **figures})
             print(json.dumps(rows[-1]))
@@ -97,7 +103,7 @@ def main() -> None:
             f"| {r['objective']} | {r['reg_lambda']:g} | {r['w_mean']:.3f} | {r['w_std']:.3f} | "
             f"{r['w_below_0.1']:.1%} | {r['w_above_0.9']:.1%} | "
             f"{r.get('val_acceptance', float('nan')):.3f} | {r.get('val_reward_gain', float('nan')):+.3f} | "
-            f"{r.get('val_reward_low', float('nan')):+.3f} |"
+            f"{_number(r.get('val_reward_vs_start_low')):+.3f} |"
         )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -165,30 +165,35 @@ def _prompt(t: Trajectory) -> str:
 
 
 @torch.no_grad()
-def prompt_gains(head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float) -> torch.Tensor:
-    """Per prompt (sorted by id): the mean over its sequences of (sum_t (r_t - 1)) (R - baseline),
-    the first-order estimate of the reward change of the module docstring."""
+def _scores(
+    head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """``prompt_gains`` and ``evaluate`` from one pass of the head over the tokens."""
     tensors, owner, rewards = _flatten(trajectories)
-    _, ratio = _policy(head, tensors)
+    w, ratio = _policy(head, tensors)
     moved = torch.zeros(len(trajectories), dtype=ratio.dtype).index_add_(0, owner, ratio - 1)
     gains = moved * (rewards - baseline).to(ratio.dtype)
     prompts = {name: i for i, name in enumerate(sorted({_prompt(t) for t in trajectories}))}
     index = torch.tensor([prompts[_prompt(t)] for t in trajectories])
     total = torch.zeros(len(prompts), dtype=gains.dtype).index_add_(0, index, gains)
-    return total / torch.bincount(index, minlength=len(prompts)).to(gains.dtype)
-
-
-@torch.no_grad()
-def evaluate(head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float) -> dict[str, float]:
-    """Off-policy validation figures (no LM): the estimated reward gain over the behaviour policy
-    and the expected acceptance. ``baseline`` is the training traces' mean reward."""
-    tensors, _, _ = _flatten(trajectories)
-    w, _ = _policy(head, tensors)
-    return {
-        "val_reward_gain": float(prompt_gains(head, trajectories, baseline).mean()),
+    per_prompt = total / torch.bincount(index, minlength=len(prompts)).to(gains.dtype)
+    return per_prompt, {
+        "val_reward_gain": float(per_prompt.mean()),
         "val_acceptance": float((1 - w * tensors["tv"]).mean()),
         "val_mean_weight": float(w.mean()),
     }
+
+
+def prompt_gains(head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float) -> torch.Tensor:
+    """Per prompt (sorted by id): the mean over its sequences of (sum_t (r_t - 1)) (R - baseline),
+    the first-order estimate of the reward change of the module docstring."""
+    return _scores(head, trajectories, baseline)[0]
+
+
+def evaluate(head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float) -> dict[str, float]:
+    """Off-policy validation figures (no LM): the estimated reward gain over the behaviour policy
+    and the expected acceptance. ``baseline`` is the training traces' mean reward."""
+    return _scores(head, trajectories, baseline)[1]
 
 
 def lower_bound(differences: torch.Tensor, confidence: float) -> tuple[float, float]:
@@ -214,9 +219,10 @@ def validation_figures(
     """A checkpoint's figures for the selection rule: ``evaluate``'s, plus its reward change
     against the starting head (whose ``prompt_gains`` are ``start_gains``), paired over the
     validation prompts, and that change's lower bound (None without a spread estimate)."""
-    change, low = lower_bound(prompt_gains(head, validation, baseline) - start_gains, confidence)
+    gains, figures = _scores(head, validation, baseline)
+    change, low = lower_bound(gains - start_gains, confidence)
     return {
-        **evaluate(head, validation, baseline),
+        **figures,
         "val_reward_vs_start": change,
         "val_reward_vs_start_low": low if math.isfinite(low) else None,  # JSON has no -inf
     }
