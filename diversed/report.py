@@ -51,13 +51,22 @@ def setting_label(s: dict[str, Any]) -> str:
         if s.get("schedule", "constant") != "constant":
             parts.append(s["schedule"])
     parts.append(f"T={s['temperature']:g}")
-    head = None
-    if s.get("head"):  # results/heads/<train dataset>/r<round>
-        path = Path(s["head"])
-        head = path.parent.name if re.fullmatch(r"r\d+", path.name) else path.name
-    if head and head != s.get("dataset"):
-        parts.append(f"(head: {head.replace('.', '/')})")  # a head trained on another task or split
     return " ".join(parts)
+
+
+def head_source(s: dict[str, Any]) -> str | None:
+    """The task (and split) a DIVERSED head learned on, e.g. 'mbpp' or 'wmt/validation'; None without a
+    head. Kept out of the setting's label so that one setting is one row across datasets."""
+    if not s.get("head"):
+        return None
+    path = Path(s["head"])  # results/heads/<train dataset>[/r<round>]
+    return (path.parent.name if re.fullmatch(r"r\d+", path.name) else path.name).replace(".", "/")
+
+
+def head_note(rows: list[dict[str, Any]]) -> str:
+    """'DIVERSED heads learned on: humaneval <- mbpp, ...', or '' when no row has a head."""
+    sources = sorted({(r["dataset"], r["head"]) for r in rows if r.get("head")})
+    return "DIVERSED heads learned on: " + ", ".join(f"{d} <- {h}" for d, h in sources) if sources else ""
 
 
 def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
@@ -70,6 +79,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
             {
                 "dataset": score["dataset"],
                 "setting": setting_label(settings),
+                "head": head_source(settings),
                 "method": settings["method"],
                 "temperature": settings["temperature"],
                 "k": settings["num_assistant_tokens"],
@@ -287,7 +297,9 @@ def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Pat
     paths = [out.with_suffix(".csv"), out.with_suffix(".md"), out.with_suffix(".tex")]
     main_table(rows, formatted=False).to_csv(paths[0], float_format="%.4g")
     sizes = ", ".join(f"{d} n = {n}" for d, n in sorted(_cell_sizes(rows).items()))
-    note = f"Each cell: value [95% bootstrap interval] over the examples of its dataset ({sizes}).\n\n"
+    heads = head_note(rows)
+    note = f"Each cell: value [95% bootstrap interval] over the examples of its dataset ({sizes})."
+    note += f" {heads}.\n\n" if heads else "\n\n"
     paths[1].write_text(note + table.to_markdown() + "\n")
     paths[2].write_text(table.to_latex(na_rep="--") + "\n")
     paired = paired_table(rows)

@@ -196,15 +196,20 @@ def test_a_split_smaller_than_asked_says_so_and_is_not_padded(cnndm_dir, capsys)
     assert err.count("fewer than the 50 asked for") == 1 and "cnndm/test" in err
 
 
-def test_tables_label_a_head_trained_on_another_task():
-    from diversed.report import setting_label
+def test_tables_name_the_task_each_head_learned_on_without_splitting_its_row():
+    from diversed.report import head_note, head_source, setting_label
 
     base = {"method": "diversed", "num_assistant_tokens": 4, "temperature": 1.0, "dataset": "humaneval"}
-    assert setting_label({**base, "head": "results/heads/mbpp"}).endswith("(head: mbpp)")
-    assert setting_label({**base, "head": "results/heads/mbpp/r2"}).endswith("(head: mbpp)")  # a round
-    assert setting_label({**base, "head": "results/heads/humaneval/r1"}) == "diversed k=4 T=1"
-    wmt = {**base, "dataset": "wmt", "head": "results/heads/wmt.validation/r1"}
-    assert setting_label(wmt).endswith("(head: wmt/validation)")
+    assert head_source({**base, "head": "results/heads/mbpp"}) == "mbpp"
+    assert head_source({**base, "head": "results/heads/mbpp/r2"}) == "mbpp"  # a round
+    assert head_source({**base, "head": "results/heads/wmt.validation/r1"}) == "wmt/validation"
+    assert head_source(base) is None
+    # one setting, one row: a head learned elsewhere does not make HumanEval's row differ from MBPP's
+    assert setting_label({**base, "head": "results/heads/mbpp/r1"}) == "diversed k=4 T=1"
+    assert setting_label({**base, "dataset": "mbpp", "head": "results/heads/mbpp/r1"}) == "diversed k=4 T=1"
+    rows = [{"dataset": "mbpp", "head": "mbpp"}, {"dataset": "humaneval", "head": "mbpp"}, {"dataset": "wmt"}]
+    assert head_note(rows) == "DIVERSED heads learned on: humaneval <- mbpp, mbpp <- mbpp"
+    assert head_note([{"dataset": "mbpp", "head": None}]) == ""
 
 
 def test_doctor_reports_each_local_split_it_finds(cnndm_dir, capsys):

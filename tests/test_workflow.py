@@ -166,7 +166,8 @@ def test_head_rounds_chain_and_the_diversed_cell_uses_the_last(workdir):
     assert second["settings"]["head"] == "results/heads/mbpp/r1"  # round 2 sampled from round 1's head
     decoded = json.loads((workdir / "results" / "scores" / "humaneval" / "diversed-k3-T0.json").read_text())
     assert decoded["settings"]["head"] == "results/heads/mbpp/r2"
-    assert "diversed k=3 T=0 (head: mbpp)" in (workdir / "results/tables/main.md").read_text()
+    table = (workdir / "results/tables/main.md").read_text()
+    assert "| diversed k=3 T=0 " in table and "DIVERSED heads learned on: humaneval <- mbpp" in table
 
 
 def test_second_run_has_nothing_to_do(workdir):
