@@ -341,6 +341,9 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
                 if r["dataset"] == dataset and r["temperature"] == temperature and r[x_key] is not None
             ]
             _pareto_panel(ax, mine, x_key)
+            for r in rows:  # auto has no acceptance: its quality is a reference band across the panel
+                if (r["dataset"], r["temperature"], r[x_key]) == (dataset, temperature, None):
+                    _reference_band(ax, r)
             n = _cell_sizes(mine).get(dataset, "?") if mine else "?"
             ax.set_title(f"{dataset}, T = {temperature:g} (n = {n} per point)", fontsize=9)
             ax.set_xlabel(x_label)
@@ -357,6 +360,14 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
 
 
 MARKERS = {"auto": "s", "sd": "o", "lossy": "v", "cascade": "D", "diversed": "*"}
+# One colour per method in every panel: matplotlib's cycle recolours a method by what else a panel holds.
+COLOURS = {
+    "auto": "tab:purple",
+    "sd": "tab:blue",
+    "lossy": "tab:orange",
+    "cascade": "tab:red",
+    "diversed": "tab:green",
+}
 
 
 def _errors(rows: list[dict[str, Any]], key: str):
@@ -406,11 +417,19 @@ def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
             xerr=_errors(points, x_key),
             yerr=_errors(points, "quality"),
             fmt=MARKERS.get(method, "o"),
+            color=COLOURS.get(method),
             ms=14 if method == "diversed" else 6,
             capsize=2,
             zorder=4 if method == "diversed" else 3,
             label=labels[0] if len(labels) == 1 else method,
         )
+
+
+def _reference_band(ax, row: dict[str, Any]) -> None:
+    """A setting without an x value (auto on the acceptance axis) as its quality line and 95% band."""
+    ax.axhline(row["quality"], color=COLOURS.get(row["method"]), ls="--", lw=1, label=row["setting"])
+    if row.get("quality_ci"):
+        ax.axhspan(*row["quality_ci"], color=COLOURS.get(row["method"]), alpha=0.08, lw=0)
 
 
 def _speedup_plot(rows, datasets, out: Path, plt) -> list[Path]:

@@ -1,8 +1,12 @@
-"""The report's static sweep: sd stands for w = 1 only where no static w = 1 ran."""
+"""The report's static sweep (sd stands for w = 1 only where no static w = 1 ran) and its plot panels."""
 
 from __future__ import annotations
 
-from diversed.report import static_sweep
+import matplotlib
+
+from diversed.report import _pareto_panel, _reference_band, static_sweep
+
+matplotlib.use("Agg")
 
 
 def row(method: str, k: int = 4, w: float | None = None) -> dict:
@@ -16,3 +20,36 @@ def test_sd_is_the_sweeps_w1_end_only_when_no_static_w1_ran():
     one = row("static", w=1.0)
     assert static_sweep([sd, half, one]) == [(0.5, half), (1.0, one)]
     assert static_sweep([sd]) == []
+
+
+def point(method: str, acceptance: float | None, quality: float, w: float | None = None) -> dict:
+    return {
+        "method": method,
+        "setting": method if w is None else f"{method} w={w:g}",
+        "k": 4,
+        "target_weight": w,
+        "acceptance_rate": acceptance,
+        "acceptance_rate_ci": None if acceptance is None else [acceptance - 0.02, acceptance + 0.02],
+        "quality": quality,
+        "quality_ci": [quality - 9, quality + 9],
+    }
+
+
+def test_a_method_keeps_its_colour_in_every_panel_and_auto_is_a_reference_band():
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2)
+    static = [point("static", 0.9, 30, w=0.5), point("static", 1.0, 25, w=0.0)]
+    _pareto_panel(left, [point("sd", 0.7, 34), point("diversed", 0.91, 32), *static], "acceptance_rate")
+    others = [point("lossy", 0.8, 31), point("cascade", 0.85, 28), point("diversed", 0.89, 23)]
+    _pareto_panel(right, [*others, *static], "acceptance_rate")
+    _reference_band(right, point("auto", None, 35))
+
+    def colours(ax) -> dict[str, str]:
+        return {c.get_label(): c.lines[0].get_color() for c in ax.containers}
+
+    assert colours(left)["diversed"] == colours(right)["diversed"]  # the cycle would have moved it
+    assert len(set(colours(right).values())) == len(colours(right))  # lossy, cascade, diversed, the sweep
+    band = [line for line in right.get_lines() if line.get_label() == "auto"]
+    assert len(band) == 1 and band[0].get_ydata()[0] == 35 and len(right.patches) == 1  # its 95% band
+    plt.close(fig)
