@@ -102,7 +102,7 @@ def main() -> None:
         lines.append(
             f"| {r['objective']} | {r['reg_lambda']:g} | {r['w_mean']:.3f} | {r['w_std']:.3f} | "
             f"{r['w_below_0.1']:.1%} | {r['w_above_0.9']:.1%} | "
-            f"{r.get('val_acceptance', float('nan')):.3f} | {r.get('val_reward_gain', float('nan')):+.3f} | "
+            f"{_number(r.get('val_acceptance')):.3f} | {_number(r.get('val_reward_gain')):+.3f} | "
             f"{_number(r.get('val_reward_vs_start_low')):+.3f} |"
         )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")

@@ -335,14 +335,11 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
     ):
         fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels), 4), squeeze=False)
         for ax, (dataset, temperature) in zip(axes[0], panels, strict=True):
-            mine = [
-                r
-                for r in rows
-                if r["dataset"] == dataset and r["temperature"] == temperature and r[x_key] is not None
-            ]
+            panel = [r for r in rows if (r["dataset"], r["temperature"]) == (dataset, temperature)]
+            mine = [r for r in panel if r[x_key] is not None]
             _pareto_panel(ax, mine, x_key)
-            for r in rows:  # auto has no acceptance: its quality is a reference band across the panel
-                if (r["dataset"], r["temperature"], r[x_key]) == (dataset, temperature, None):
+            for r in panel:  # auto has no acceptance: its quality is a reference band across the panel
+                if r[x_key] is None:
                     _reference_band(ax, r)
             n = _cell_sizes(mine).get(dataset, "?") if mine else "?"
             ax.set_title(f"{dataset}, T = {temperature:g} (n = {n} per point)", fontsize=9)

@@ -168,7 +168,8 @@ def _prompt(t: Trajectory) -> str:
 def _scores(
     head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """``prompt_gains`` and ``evaluate`` from one pass of the head over the tokens."""
+    """``prompt_gains`` and the off-policy validation figures (no LM: the estimated reward gain over
+    the behaviour policy, the expected acceptance, the mean weight) from one pass over the tokens."""
     tensors, owner, rewards = _flatten(trajectories)
     w, ratio = _policy(head, tensors)
     moved = torch.zeros(len(trajectories), dtype=ratio.dtype).index_add_(0, owner, ratio - 1)
@@ -188,12 +189,6 @@ def prompt_gains(head: EnsembleHead, trajectories: Sequence[Trajectory], baselin
     """Per prompt (sorted by id): the mean over its sequences of (sum_t (r_t - 1)) (R - baseline),
     the first-order estimate of the reward change of the module docstring."""
     return _scores(head, trajectories, baseline)[0]
-
-
-def evaluate(head: EnsembleHead, trajectories: Sequence[Trajectory], baseline: float) -> dict[str, float]:
-    """Off-policy validation figures (no LM): the estimated reward gain over the behaviour policy
-    and the expected acceptance. ``baseline`` is the training traces' mean reward."""
-    return _scores(head, trajectories, baseline)[1]
 
 
 def lower_bound(differences: torch.Tensor, confidence: float) -> tuple[float, float]:
@@ -216,7 +211,7 @@ def validation_figures(
     start_gains: torch.Tensor,
     confidence: float,
 ) -> dict[str, Any]:
-    """A checkpoint's figures for the selection rule: ``evaluate``'s, plus its reward change
+    """A checkpoint's figures for the selection rule: :func:`_scores`'s, plus its reward change
     against the starting head (whose ``prompt_gains`` are ``start_gains``), paired over the
     validation prompts, and that change's lower bound (None without a spread estimate)."""
     gains, figures = _scores(head, validation, baseline)
@@ -360,20 +355,19 @@ def select_head(
     candidates: list[dict[str, Any]] = []
     snapshots: list[EnsembleHead] = []
 
-    start_gains: list[torch.Tensor] = []
+    start = start_head(trajectories, cfg, init)
+    start_gains = prompt_gains(start, validation, mean_reward) if validation else None
 
     def checkpoint(head: EnsembleHead, lam: float | None, epoch: int, step: int) -> None:
         figures: dict[str, Any] = {}
-        if validation:
-            if not start_gains:
-                start_gains.append(prompt_gains(head, validation, mean_reward))
-            figures = validation_figures(head, validation, mean_reward, start_gains[0], confidence)
+        if start_gains is not None:
+            figures = validation_figures(head, validation, mean_reward, start_gains, confidence)
         if log_step and figures:
             log_step(step, {k: v for k, v in figures.items() if v is not None})
         candidates.append({"reg_lambda": lam, "epoch": epoch, **figures})
         snapshots.append(copy.deepcopy(head).eval())
 
-    checkpoint(start_head(trajectories, cfg, init), None, 0, 0)
+    checkpoint(start, None, 0, 0)
     if len({t.reward for t in train}) == 1:
         index, rule = 0, f"every train sequence has reward {train[0].reward:g}: the starting head, untrained"
     else:
@@ -396,7 +390,7 @@ def select_head(
             index = choose(candidates, tolerance)
             rule = (
                 f"max val_acceptance among checkpoints whose reward change against the starting head has a "
-                f"{confidence:g} lower bound >= {-tolerance:g} ({len(start_gains[0])} validation prompts)"
+                f"{confidence:g} lower bound >= {-tolerance:g} ({len(start_gains)} validation prompts)"
             )
         else:
             index = cfg.epochs  # candidates: the starting head, then each lambda's epochs in order

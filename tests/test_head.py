@@ -18,7 +18,6 @@ from diversed.traces import TraceJob, Trajectory, read_manifest
 from diversed.train import (
     TrainConfig,
     choose,
-    evaluate,
     head_weights,
     lower_bound,
     prompt_gains,
@@ -172,7 +171,8 @@ def test_selection_holds_out_whole_prompts_and_follows_its_rule():
     eligible = [c for c in candidates if c["val_reward_vs_start_low"] >= -0.02]
     assert record["chosen"] == max(eligible, key=lambda c: c["val_acceptance"])
     assert record["validation_sequences"] == 10
-    assert evaluate(head, validation, 0.0)["val_acceptance"] == pytest.approx(
+    start_gains = torch.zeros(len(prompts(validation)))
+    assert validation_figures(head, validation, 0.0, start_gains, 0.95)["val_acceptance"] == pytest.approx(
         record["chosen"]["val_acceptance"]
     )
     assert any("val_acceptance" in f for f in logged) and any("mean_weight" in f for f in logged)
