@@ -57,11 +57,13 @@ bench: $(STAMP)
 	mkdir -p benchmarks/results
 	$(BIN)/diversed bench --batch-sizes 1 2 4 8 --out benchmarks/results/bench-tiny.json
 
-# The embedded pair, greedy, k = 4, HumanEval prompts (about an hour on 2 cores; see benchmarks/README.md).
+# The embedded pair, greedy, k = 4, HumanEval prompts, in the dtype --dtype auto picks here (about an
+# hour on 2 cores; see benchmarks/README.md).
+BENCH_QWEN_OUT ?= benchmarks/results/bench-qwen-batched.json
 bench-qwen: models
 	$(BIN)/diversed bench --target embedded:qwen2.5-coder-1.5b --draft embedded:qwen2.5-coder-0.5b \
-		--dataset humaneval --n-prompts 4 --max-new-tokens 128 --num-assistant-tokens 4 \
-		--batch-sizes 1 2 4 --repeats 3 --out benchmarks/results/bench-qwen-batched.json
+		--dataset humaneval --n-prompts 8 --max-new-tokens 128 --num-assistant-tokens 4 \
+		--batch-sizes 1 2 4 8 --repeats 3 --out $(BENCH_QWEN_OUT)
 
 # The same with fp16 weights (--quantize fp16, diversed/engine/quantize.py), batch sizes 1 and 4.
 bench-qwen-fp16: models
