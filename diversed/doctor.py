@@ -76,10 +76,13 @@ def run_doctor(data_dir: str | None = None) -> int:
 
     for name in EMBEDDED:
         fetched = (model_dir("embedded:" + name) / "config.json").exists()
+        copies = [
+            d for d in ("bfloat16", "float16") if (model_dir(f"embedded:{name}", d) / "config.json").exists()
+        ]
         _line(
             fetched,
             f"embedded:{name}",
-            "converted" if fetched else "not fetched",
+            "converted (float32" + "".join(f", {d} copy" for d in copies) + ")" if fetched else "not fetched",
             f"diversed models fetch {name}  (or make models)",
         )
     from diversed.data import TASKS, resolve

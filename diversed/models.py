@@ -22,14 +22,15 @@ class ModelError(ValueError):
     """A model could not be found or does not fit its partner."""
 
 
-def resolve(name: str) -> str:
+def resolve(name: str, dtype: str = "float32") -> str:
     """Return a local folder or a hub id; a path-like name that does not exist is an error.
 
-    ``embedded:NAME`` resolves to the converted folder of a model shipped on PyPI.
+    ``embedded:NAME`` resolves to the converted folder of a model shipped on PyPI (its stored copy
+    in ``dtype`` where there is one: it loads without a cast).
     """
     if is_embedded(name):
         try:
-            return str(embedded.local_path(name))
+            return str(embedded.local_path(name, dtype))
         except embedded.EmbeddedError as err:
             raise ModelError(str(err)) from None
     expanded = os.path.expanduser(name)
@@ -41,8 +42,8 @@ def resolve(name: str) -> str:
     return name
 
 
-def _from_pretrained(loader, name: str, **kwargs):
-    source = resolve(name)
+def _from_pretrained(loader, name: str, stored_dtype: str = "float32", **kwargs):
+    source = resolve(name, stored_dtype)
     try:
         return loader.from_pretrained(source, **kwargs)
     except OSError as err:
@@ -70,7 +71,7 @@ def load_model(
     kwargs = {"dtype": getattr(torch, dtype)}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    model = _from_pretrained(AutoModelForCausalLM, name, **kwargs).to(device).eval()
+    model = _from_pretrained(AutoModelForCausalLM, name, dtype, **kwargs).to(device).eval()
     use_cpu_linears(model, device, onednn, quantize)
     return model
 

@@ -45,3 +45,32 @@ def test_unknown_and_unfetched_names_say_what_to_do(tmp_path, monkeypatch):
         local_path("embedded:smollm2-135m")
     with pytest.raises(ModelError, match="not fetched yet"):
         resolve("embedded:qwen2.5-coder-0.5b")
+
+
+def test_a_stored_bf16_copy_loads_the_weights_a_cast_gives(tmp_path, monkeypatch):
+    """fetch(dtype=bfloat16) stores the fp32 conversion again in bf16; loads in bf16 read that copy
+    and get exactly the weights a cast of the fp32 folder gives, loads in fp32 keep the fp32 folder."""
+    import shutil
+
+    import torch
+
+    from diversed.embedded import fetch, model_dir
+    from diversed.models import load_model
+    from diversed.tiny import write_tiny_pair
+
+    monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path / "cache"))
+    name = "embedded:smollm2-135m"
+    target, _ = write_tiny_pair(tmp_path / "tiny")
+    shutil.copytree(target, model_dir(name))  # stands in for the GGUF conversion: no download
+    assert resolve(name, "bfloat16") == str(model_dir(name))  # no copy yet: the fp32 folder, cast on load
+
+    assert fetch(name, "bfloat16") == model_dir(name, "bfloat16")
+    assert resolve(name, "bfloat16") == str(model_dir(name, "bfloat16"))
+    assert resolve(name, "float32") == str(model_dir(name))
+    stored = load_model(name, "bfloat16", onednn=False)
+    cast = load_model(str(model_dir(name)), "bfloat16", onednn=False)
+    fp32 = load_model(name, "float32", onednn=False)
+    assert fp32.dtype == torch.float32 and stored.dtype == torch.bfloat16
+    for (key, a), (_, b) in zip(stored.state_dict().items(), cast.state_dict().items(), strict=True):
+        assert a.dtype == torch.bfloat16 and torch.equal(a, b), key
+    assert fetch(name, "bfloat16") == model_dir(name, "bfloat16")  # a second fetch keeps the copy

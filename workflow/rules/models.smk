@@ -7,9 +7,10 @@ rule prepare_models:
     params:
         target=MODELS["target"],
         draft=MODELS["draft"],
+        dtype=MODELS["dtype"],
         tiny=f"diversed models tiny --out {MODELS['tiny_dir']} &&" if MODELS["tiny_dir"] else "",
         src=src_hash("embedded.py", "tiny.py"),
     log:
         "results/logs/prepare_models.log",
     shell:
-        "({params.tiny} diversed models prepare --target {params.target} --draft {params.draft} --out {output}) > {log} 2>&1"
+        "({params.tiny} diversed models prepare --target {params.target} --draft {params.draft} --dtype {params.dtype} --out {output}) > {log} 2>&1"
