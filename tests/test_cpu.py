@@ -83,3 +83,34 @@ def test_memory_mapped_weights_leave_the_resident_set_and_stay_correct(tmp_path)
     assert mapping_rss_kib(start) < resident / 2  # the linears are most of the file
     torch.testing.assert_close(logits(first), reference, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(logits(second), reference)
+
+
+class Siblings(torch.nn.Module):
+    """Three projections reading one input, as in an attention block (Qwen2's carry a bias)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.q_proj = torch.nn.Linear(32, 16)
+        self.k_proj = torch.nn.Linear(32, 8)
+        self.v_proj = torch.nn.Linear(32, 8)
+
+
+def test_sibling_linears_share_one_product_and_stay_exact_called_alone_or_after_in_place_changes():
+    torch.manual_seed(0)
+    block = Siblings()
+    dense = {name: (m.weight.detach().clone(), m.bias.detach().clone()) for name, m in block.named_children()}
+
+    def expected(name: str, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, *dense[name])
+
+    assert use_onednn_linear(block) == 3
+    assert block.fused_q_proj_k_proj_v_proj.packed_weight is not None
+    assert all(m.weight.device.type == "meta" for m in (block.q_proj, block.k_proj, block.v_proj))
+    first, second = torch.randn(2, 32), torch.randn(3, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(block.q_proj(first), expected("q_proj", first))
+        torch.testing.assert_close(block.k_proj(second), expected("k_proj", second))  # another input
+        torch.testing.assert_close(block.v_proj(second), expected("v_proj", second))
+        second.mul_(-2)  # same tensor object, new values: the product must be recomputed
+        torch.testing.assert_close(block.v_proj(second), expected("v_proj", second))
+        torch.testing.assert_close(block.q_proj(second), expected("q_proj", second))
