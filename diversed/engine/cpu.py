@@ -191,41 +191,60 @@ def _sibling_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return self.sibling_product.output(x, self.sibling_index)
 
 
-def fuse_siblings(model: nn.Module, dtypes: tuple[torch.dtype, ...]) -> int:
-    """Replace each group of :data:`SIBLINGS` of ``model`` by one linear over their stacked weights
-    (registered beside them as ``fused_<names>``, so packing finds it); return how many products
-    that saves. The stacked weight is new memory: the siblings' own weights are released."""
-    pages, saved = _FilePages(), 0
-    for parent in list(model.modules()):
+def _sibling_groups(
+    model: nn.Module, dtypes: tuple[torch.dtype, ...]
+) -> list[tuple[nn.Module, tuple[str, ...]]]:
+    """(parent, names) of every group of :data:`SIBLINGS` that can share one product: plain CPU
+    linears of one dtype in ``dtypes``, one input width, all with a bias or none."""
+    groups = []
+    for parent in model.modules():
         for names in SIBLINGS:
             members = [getattr(parent, name, None) for name in names]
             if not all(type(m) is nn.Linear for m in members):
                 continue
-            weights = [m.weight for m in members]
-            same = {(w.dtype, w.device.type, w.shape[1]) for w in weights}
-            biases = [m.bias for m in members]
-            if len(same) != 1 or weights[0].dtype not in dtypes or weights[0].device.type != "cpu":
-                continue
-            if any(b is None for b in biases) and not all(b is None for b in biases):
-                continue
-            product = nn.Linear(
-                weights[0].shape[1], sum(w.shape[0] for w in weights), bias=biases[0] is not None
+            kinds = {(m.weight.dtype, m.weight.device.type, m.in_features, m.bias is None) for m in members}
+            dtype, device = next(iter(kinds))[:2]
+            if len(kinds) == 1 and dtype in dtypes and device == "cpu":
+                groups.append((parent, names))
+    return groups
+
+
+def fuse_siblings(model: nn.Module, dtypes: tuple[torch.dtype, ...]) -> int:
+    """Replace each group of :data:`SIBLINGS` of ``model`` by one linear over their stacked weights
+    (registered beside them as ``fused_<names>``, so packing finds it); return how many products
+    that saves. The stacked weight is new memory: the siblings' own weights are released. Stacking
+    runs on torch's threads, the file pages read in bulk, as packing does."""
+    pages = _FilePages()
+
+    def stack(group: tuple[nn.Module, tuple[str, ...]]) -> nn.Linear:
+        members = [getattr(group[0], name) for name in group[1]]
+        with torch.device("meta"):  # no random initialisation of a weight about to be replaced
+            product = nn.Linear(members[0].in_features, sum(m.out_features for m in members), bias=False)
+        with torch.no_grad():
+            for member in members:
+                pages.populate(member.weight.detach())
+            product.weight = nn.Parameter(
+                torch.cat([m.weight.detach() for m in members]), requires_grad=False
             )
-            with torch.no_grad():
-                product.weight = nn.Parameter(torch.cat([w.detach() for w in weights]), requires_grad=False)
-                if biases[0] is not None:
-                    product.bias = nn.Parameter(torch.cat([b.detach() for b in biases]), requires_grad=False)
-            parent.add_module("fused_" + "_".join(names), product)
-            shared = _SiblingProduct(product, [w.shape[0] for w in weights])
-            for index, member in enumerate(members):
-                pages.drop(member.weight.detach())
-                member.weight = nn.Parameter(
-                    torch.empty(member.weight.shape, device="meta"), requires_grad=False
+            if members[0].bias is not None:
+                product.bias = nn.Parameter(
+                    torch.cat([m.bias.detach() for m in members]), requires_grad=False
                 )
-                member.sibling_product, member.sibling_index = shared, index
-                member.forward = types.MethodType(_sibling_forward, member)
-            saved += len(members) - 1
-    return saved
+        return product
+
+    groups = _sibling_groups(model, dtypes)
+    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
+        products = list(pool.map(stack, groups))
+    for (parent, names), product in zip(groups, products, strict=True):
+        parent.add_module("fused_" + "_".join(names), product)
+        shared = _SiblingProduct(product, [getattr(parent, name).out_features for name in names])
+        for index, name in enumerate(names):
+            member = getattr(parent, name)
+            pages.drop(member.weight.detach())
+            member.weight = nn.Parameter(torch.empty(member.weight.shape, device="meta"), requires_grad=False)
+            member.sibling_product, member.sibling_index = shared, index
+            member.forward = types.MethodType(_sibling_forward, member)
+    return sum(len(names) - 1 for _, names in groups)
 
 
 def use_onednn_linear(model: nn.Module) -> int:
