@@ -160,8 +160,8 @@ def run_decode(
         quantize=job.quantize,
     )
     head = load_head_for(job.head, target, draft) if job.head else None
-    if progress:
-        print(f"{job.dataset} {job.config.method.value}: {_readiness()}", file=sys.stderr)
+    # one line even under --quiet: workflow logs record how long loading took and what it cost
+    print(f"{job.dataset} {job.config.method.value}: {_readiness()}", file=sys.stderr)
     task = get_task(job.dataset)
     decoder = Decoder(
         target,
