@@ -61,6 +61,8 @@ def test_accelerate_launch_with_two_cpu_processes(job, tmp_path):
             job.draft,
             "--max-new-tokens",
             "10",
+            "--dtype",
+            "float32",  # as the single-process job: auto is bf16 on CPUs with native bf16
             "--out",
             str(out),
             "--quiet",
