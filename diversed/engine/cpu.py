@@ -132,6 +132,12 @@ class _FilePages:
     def drop(self, tensor: torch.Tensor) -> None:
         self._advise(tensor, _MADV_DONTNEED)
 
+    def release(self, module: nn.Module) -> None:
+        """Drop the file pages of ``module``'s weight and keep it only as a shape on ``meta``."""
+        weight = module.weight.detach()
+        self.drop(weight)
+        module.weight = nn.Parameter(torch.empty(weight.shape, device="meta"), requires_grad=False)
+
 
 def pack_linears(
     model: nn.Module, dtypes: tuple[torch.dtype, ...], pack: Callable[[nn.Linear, torch.Tensor], None]
@@ -156,8 +162,7 @@ def pack_linears(
         with torch.no_grad():  # per thread: grad mode is thread-local
             pack(module, weight)
         if counts.get(weight.data_ptr(), 0) == 1:
-            pages.drop(weight)
-            module.weight = nn.Parameter(torch.empty(weight.shape, device="meta"), requires_grad=False)
+            pages.release(module)
 
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
         list(pool.map(pack_one, linears))  # list(): re-raises the first error of any thread
@@ -240,8 +245,7 @@ def fuse_siblings(model: nn.Module, dtypes: tuple[torch.dtype, ...]) -> int:
         shared = _SiblingProduct(product, [getattr(parent, name).out_features for name in names])
         for index, name in enumerate(names):
             member = getattr(parent, name)
-            pages.drop(member.weight.detach())
-            member.weight = nn.Parameter(torch.empty(member.weight.shape, device="meta"), requires_grad=False)
+            pages.release(member)
             member.sibling_product, member.sibling_index = shared, index
             member.forward = types.MethodType(_sibling_forward, member)
     return sum(len(names) - 1 for _, names in groups)
