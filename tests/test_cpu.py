@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from diversed.engine import cpu
+from diversed.engine import cpu, quantize
 from diversed.engine.cpu import _file_mappings, available, use_onednn_linear
+from diversed.engine.quantize import use_fp16_weights
 from diversed.tiny import tiny_model, write_tiny_pair
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN linear kernels")
@@ -95,22 +96,44 @@ class Siblings(torch.nn.Module):
         self.v_proj = torch.nn.Linear(32, 8)
 
 
-def test_sibling_linears_share_one_product_and_stay_exact_called_alone_or_after_in_place_changes():
+ROUTES = {  # how each packing route rounds a weight: oneDNN keeps fp32, fbgemm stores fp16
+    "onednn": (use_onednn_linear, lambda w: w),
+    "fp16": (use_fp16_weights, lambda w: w.half().float()),
+}
+
+
+@pytest.mark.parametrize("route", ROUTES)
+def test_sibling_linears_share_one_product_and_stay_exact_called_alone_or_after_in_place_changes(
+    route, monkeypatch
+):
+    """Every route stacks siblings; three blocks share a packing thread's stacking buffer, so a
+    packed weight that kept pointing into it would hold the last block's weights."""
+    if route == "fp16" and not quantize.available():
+        pytest.skip("this torch has no fbgemm fp16 kernels")
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)  # one packing thread, so one buffer for all
     torch.manual_seed(0)
-    block = Siblings()
-    dense = {name: (m.weight.detach().clone(), m.bias.detach().clone()) for name, m in block.named_children()}
+    use, rounded = ROUTES[route]
+    blocks = torch.nn.ModuleList(Siblings() for _ in range(3))
+    dense = {
+        (i, name): (rounded(m.weight.detach().clone()), m.bias.detach().clone())
+        for i, block in enumerate(blocks)
+        for name, m in block.named_children()
+    }
 
-    def expected(name: str, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.linear(x, *dense[name])
+    def expected(i: int, name: str, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, *dense[i, name])
 
-    assert use_onednn_linear(block) == 3
-    assert block.fused_q_proj_k_proj_v_proj.packed_weight is not None
+    assert use(blocks) == 9
+    block = blocks[0]
+    assert hasattr(block.fused_q_proj_k_proj_v_proj, "packed_weight" if route == "onednn" else "fp16_weight")
     assert all(m.weight.device.type == "meta" for m in (block.q_proj, block.k_proj, block.v_proj))
     first, second = torch.randn(2, 32), torch.randn(3, 32)
     with torch.no_grad():
-        torch.testing.assert_close(block.q_proj(first), expected("q_proj", first))
-        torch.testing.assert_close(block.k_proj(second), expected("k_proj", second))  # another input
-        torch.testing.assert_close(block.v_proj(second), expected("v_proj", second))
+        for i, other in enumerate(blocks):
+            torch.testing.assert_close(other.k_proj(first), expected(i, "k_proj", first))
+        torch.testing.assert_close(block.q_proj(first), expected(0, "q_proj", first))
+        torch.testing.assert_close(block.k_proj(second), expected(0, "k_proj", second))  # another input
+        torch.testing.assert_close(block.v_proj(second), expected(0, "v_proj", second))
         second.mul_(-2)  # same tensor object, new values: the product must be recomputed
-        torch.testing.assert_close(block.v_proj(second), expected("v_proj", second))
-        torch.testing.assert_close(block.q_proj(second), expected("q_proj", second))
+        torch.testing.assert_close(block.v_proj(second), expected(0, "v_proj", second))
+        torch.testing.assert_close(block.q_proj(second), expected(0, "q_proj", second))

@@ -34,7 +34,8 @@ streams its weights further below bandwidth than a large one (on a 2-core Xeon w
 a 256x1536 key projection at 19 GB/s, the 2048x1536 query/key/value product at 29 GB/s).
 Linears of one block that read the same input (``q_proj``, ``k_proj``, ``v_proj``; ``gate_proj``,
 ``up_proj``, the names of Llama, Qwen2 and Mistral) are therefore packed as one product over their
-stacked weights; the first sibling called computes it and each sibling returns its columns. The
+stacked weights (by every packing route: oneDNN here, fbgemm fp16 in :mod:`diversed.engine.quantize`);
+the first sibling called computes it and each sibling returns its columns. The
 product is recomputed whenever the input is not the very tensor of the last call (same object,
 no in-place change since: inference-mode tensors carry no version counter, so there identity alone
 decides) or the sibling already took its columns, so a sibling called alone, twice, or in another
@@ -46,6 +47,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import sys
+import threading
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -139,36 +141,6 @@ class _FilePages:
         module.weight = nn.Parameter(torch.empty(weight.shape, device="meta"), requires_grad=False)
 
 
-def pack_linears(
-    model: nn.Module, dtypes: tuple[torch.dtype, ...], pack: Callable[[nn.Linear, torch.Tensor], None]
-) -> int:
-    """Give every CPU ``nn.Linear`` of ``model`` whose weight has one of ``dtypes`` a packed form
-    (``pack(module, weight)`` stores it and sets ``module.forward``); release the dense weights
-    nothing else shares; return how many linears were packed. Threads and page handling: see above."""
-    pages = _FilePages()
-    counts: dict[int, int] = {}
-    for _, param in model.named_parameters(remove_duplicate=False):
-        counts[param.data_ptr()] = counts.get(param.data_ptr(), 0) + 1
-    linears = []
-    for module in model.modules():
-        weight = getattr(module, "weight", None)
-        packable = weight is not None and weight.dtype in dtypes
-        if type(module) is nn.Linear and weight.device.type == "cpu" and packable:
-            linears.append(module)
-
-    def pack_one(module: nn.Linear) -> None:
-        weight = module.weight.detach()
-        pages.populate(weight)
-        with torch.no_grad():  # per thread: grad mode is thread-local
-            pack(module, weight)
-        if counts.get(weight.data_ptr(), 0) == 1:
-            pages.release(module)
-
-    with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
-        list(pool.map(pack_one, linears))  # list(): re-raises the first error of any thread
-    return len(linears)
-
-
 SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
 
 
@@ -214,46 +186,86 @@ def _sibling_groups(
     return groups
 
 
-def fuse_siblings(model: nn.Module, dtypes: tuple[torch.dtype, ...]) -> int:
-    """Replace each group of :data:`SIBLINGS` of ``model`` by one linear over their stacked weights
-    (registered beside them as ``fused_<names>``, so packing finds it); return how many products
-    that saves. The stacked weight is new memory: the siblings' own weights are released. Stacking
-    runs on torch's threads, the file pages read in bulk, as packing does."""
-    pages = _FilePages()
+class _Scratch(threading.local):
+    """One buffer per packing thread that a group of siblings is stacked into before it is packed.
+    Packing copies out of it, so the buffer serves every group the thread packs: fresh memory is
+    faulted in page by page (on a 2-core VM, a 2 MiB huge page costs ~1.5 ms), and stacking each
+    group into its own new weight cost the 1.5B model 2.2 GB of it, as much time as packing."""
 
-    def stack(group: tuple[nn.Module, tuple[str, ...]]) -> nn.Linear:
+    buffer: torch.Tensor | None = None
+
+    def take(self, rows: int, cols: int, dtype: torch.dtype) -> torch.Tensor:
+        if self.buffer is None or self.buffer.numel() < rows * cols or self.buffer.dtype != dtype:
+            self.buffer = torch.empty(rows * cols, dtype=dtype)
+        return self.buffer[: rows * cols].view(rows, cols)
+
+
+def pack_linears(
+    model: nn.Module, dtypes: tuple[torch.dtype, ...], pack: Callable[[nn.Linear, torch.Tensor], None]
+) -> int:
+    """Give every CPU ``nn.Linear`` of ``model`` whose weight has one of ``dtypes`` a packed form
+    (``pack(module, weight)`` stores it and sets ``module.forward``; it must copy ``weight``), each
+    group of :data:`SIBLINGS` as one product over their stacked weights; release the dense weights
+    nothing else shares; return how many of the model's linears now run packed. Threads, pages and
+    siblings: see above."""
+    pages = _FilePages()
+    counts: dict[int, int] = {}
+    for _, param in model.named_parameters(remove_duplicate=False):
+        counts[param.data_ptr()] = counts.get(param.data_ptr(), 0) + 1
+    groups = _sibling_groups(model, dtypes)
+    grouped = {id(getattr(parent, name)) for parent, names in groups for name in names}
+    linears = []
+    for module in model.modules():
+        weight = getattr(module, "weight", None)
+        packable = weight is not None and weight.dtype in dtypes and id(module) not in grouped
+        if type(module) is nn.Linear and weight.device.type == "cpu" and packable:
+            linears.append(module)
+    scratch = _Scratch()
+
+    def pack_group(group: tuple[nn.Module, tuple[str, ...]]) -> nn.Linear:
         members = [getattr(group[0], name) for name in group[1]]
-        with torch.device("meta"):  # no random initialisation of a weight about to be replaced
-            product = nn.Linear(members[0].in_features, sum(m.out_features for m in members), bias=False)
+        weights = [m.weight.detach() for m in members]
+        with torch.device("meta"):  # the product keeps only its shape: its weight lives packed
+            product = nn.Linear(weights[0].shape[1], sum(w.shape[0] for w in weights), bias=False)
+        for weight in weights:
+            pages.populate(weight)
+        stacked = scratch.take(product.out_features, product.in_features, weights[0].dtype)
         with torch.no_grad():
-            for member in members:
-                pages.populate(member.weight.detach())
-            product.weight = nn.Parameter(
-                torch.cat([m.weight.detach() for m in members]), requires_grad=False
-            )
+            torch.cat(weights, out=stacked)
             if members[0].bias is not None:
                 product.bias = nn.Parameter(
                     torch.cat([m.bias.detach() for m in members]), requires_grad=False
                 )
+            pack(product, stacked)
         return product
 
-    groups = _sibling_groups(model, dtypes)
+    def pack_one(module: nn.Linear) -> None:
+        weight = module.weight.detach()
+        pages.populate(weight)
+        with torch.no_grad():  # per thread: grad mode is thread-local
+            pack(module, weight)
+        if counts.get(weight.data_ptr(), 0) == 1:
+            pages.release(module)
+
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
-        products = list(pool.map(stack, groups))
+        products = list(pool.map(pack_group, groups))  # list(): re-raises the first error of any thread
+        list(pool.map(pack_one, linears))
     for (parent, names), product in zip(groups, products, strict=True):
         parent.add_module("fused_" + "_".join(names), product)
         shared = _SiblingProduct(product, [getattr(parent, name).out_features for name in names])
         for index, name in enumerate(names):
             member = getattr(parent, name)
             pages.release(member)
+            if member.bias is not None:  # the product carries it
+                member.bias = nn.Parameter(torch.empty(member.bias.shape, device="meta"), requires_grad=False)
             member.sibling_product, member.sibling_index = shared, index
             member.forward = types.MethodType(_sibling_forward, member)
-    return sum(len(names) - 1 for _, names in groups)
+    return len(linears) + len(grouped)
 
 
 def use_onednn_linear(model: nn.Module) -> int:
-    """Switch the model's CPU fp32/bf16 linears to pre-packed oneDNN weights, siblings fused; return
-    how many of the model's linears now run on them."""
+    """Switch the model's CPU fp32/bf16 linears to pre-packed oneDNN weights, siblings stacked;
+    return how many of the model's linears now run on them."""
     if not available():
         return 0
 
@@ -262,5 +274,4 @@ def use_onednn_linear(model: nn.Module) -> int:
         module.forward = types.MethodType(_packed_forward, module)
 
     dtypes = (torch.float32, torch.bfloat16) if onednn_bf16() else (torch.float32,)
-    saved = fuse_siblings(model, dtypes)
-    return pack_linears(model, dtypes, pack) + saved
+    return pack_linears(model, dtypes, pack)
