@@ -7,12 +7,23 @@ on any executor through the shared file system. Telemetry is off. Tracking never
 error becomes a warning, and a line in ``results/mlflow/failed_logs``; at the end of the run the
 invocation records how many jobs failed to log (``jobs_failed_to_log``) and ``snakemake`` prints
 it, so a run whose jobs are missing from the UI says so.
+
+A job's run is kept by a process of its own (``python -m diversed.tracking``), fed one JSON line
+per call: importing MLflow and opening its store cost ~1.3 s of one core, which a decode job spent
+before loading its models; in a second process they overlap the job's own imports on the other
+core. The job's exit closes the run (FINISHED, or FAILED if it raised); a job killed outright
+closes the pipe without a word, and its run ends KILLED instead of staying RUNNING forever.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
+import subprocess
+import sys
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,6 +132,9 @@ class JobRun:
         numeric = {k.replace("@", "_at_"): v for k, v in numeric.items()}
         self._safe(lambda: self.mlflow.log_metrics(numeric, step=step))
 
+    def end(self, status: str) -> None:
+        self._safe(lambda: self.mlflow.end_run(status))
+
     def artifact(self, path: str | Path) -> None:
         path = Path(path)
         if path.is_file():
@@ -129,24 +143,84 @@ class JobRun:
             self._safe(lambda: self.mlflow.log_artifacts(str(path), artifact_path=path.name))
 
 
-@contextlib.contextmanager
-def job_run(stage: str, root: Path = DEFAULT_DIR) -> Iterator[JobRun]:
-    """A child run of the invocation's parent (or a plain run when there is none)."""
+def _start_run(stage: str, root: Path, start_ms: int) -> JobRun:
+    """The job's MLflow run, started at ``start_ms`` (when the job began, not when this process got
+    there, so stage times stay whole); a :class:`JobRun` that logs nothing when the store fails."""
     try:
         mlflow = _mlflow(root)
         parent_file = root / "parent_run_id"
         tags = {"stage": stage}
         if parent_file.exists():
             tags["mlflow.parentRunId"] = parent_file.read_text().strip()
-        active = mlflow.start_run(run_name=stage, tags=tags)
+        experiment = mlflow.get_experiment_by_name(EXPERIMENT).experiment_id
+        run = mlflow.MlflowClient().create_run(experiment, start_time=start_ms, tags=tags, run_name=stage)
+        mlflow.start_run(run_id=run.info.run_id)
     except Exception as err:  # noqa: BLE001
-        warnings.warn(f"MLflow tracking is off for this job: {err}", stacklevel=3)
+        warnings.warn(f"MLflow tracking is off for this job: {err}", stacklevel=2)
         if (root / "parent_run_id").exists():  # inside a tracked invocation: count it
             record_failure(stage, err, root)
-        yield JobRun(None)
-        return
-    with active:  # ends the run FINISHED, or FAILED if the job raised
-        yield JobRun(mlflow, stage, root)
+        return JobRun(None)
+    return JobRun(mlflow, stage, root)
+
+
+def serve(stage: str, root: Path, start_ms: int, lines: Iterator[str]) -> str:
+    """The tracking process: apply each ``[method, *args]`` line to the job's run until
+    ``["end", status]``, or end the run KILLED when the job's pipe closes first; return the status."""
+    run = _start_run(stage, root, start_ms)
+    status = "KILLED"
+    for line in lines:
+        method, *args = json.loads(line)
+        if method == "end":
+            status = args[0]
+            break
+        getattr(run, method)(*args)
+    run.end(status)
+    return status
+
+
+class _PipedRun:
+    """The job's side of :class:`JobRun`: each call becomes one line to the tracking process."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+
+    def _send(self, *call: Any) -> None:
+        with contextlib.suppress(OSError):  # the tracking process is gone: it recorded why
+            self.process.stdin.write(json.dumps(call, default=str) + "\n")
+            self.process.stdin.flush()
+
+    def params(self, values: dict[str, Any]) -> None:
+        self._send("params", values)
+
+    def metrics(self, values: dict[str, Any], step: int | None = None) -> None:
+        self._send("metrics", values, step)
+
+    def artifact(self, path: str | Path) -> None:
+        self._send("artifact", str(path))
+
+    def close(self, status: str) -> None:
+        self._send("end", status)
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        self.process.wait()
+
+
+@contextlib.contextmanager
+def job_run(stage: str, root: Path = DEFAULT_DIR) -> Iterator[_PipedRun]:
+    """A child run of the invocation's parent (or a plain run when there is none), kept by a
+    tracking process beside the job (see above); it ends FINISHED, or FAILED if the job raised."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "diversed.tracking", stage, str(root), str(int(time.time() * 1000))],
+        stdin=subprocess.PIPE,
+        text=True,
+    )
+    run = _PipedRun(process)
+    status = "FAILED"
+    try:
+        yield run
+        status = "FINISHED"
+    finally:
+        run.close(status)
 
 
 def stage_times(root: Path = DEFAULT_DIR) -> dict[str, dict[str, float]]:
@@ -162,3 +236,9 @@ def stage_times(root: Path = DEFAULT_DIR) -> dict[str, dict[str, float]]:
             entry["jobs"] += 1
             entry["seconds"] += (run.info.end_time - run.info.start_time) / 1000
     return times
+
+
+if __name__ == "__main__":  # the tracking process of one job (see job_run)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # outlive the job's signals: its closed pipe ends the run
+        signal.signal(signum, signal.SIG_IGN)
+    serve(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]), iter(sys.stdin))

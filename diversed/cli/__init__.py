@@ -40,11 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def resolve_choices(args: argparse.Namespace) -> None:
+    """``--dtype auto`` and ``--quantize auto`` resolved here, so records name what ran; an fp16
+    request checked against the device."""
+    if getattr(args, "dtype", None) == "auto":
+        from diversed.engine.cpu import choose_dtype
+
+        args.dtype = choose_dtype("auto", getattr(args, "device", "cpu"))[0]
+    if getattr(args, "quantize", None):
+        from diversed.engine.quantize import choose_quantize
+
+        args.quantize = choose_quantize(args.quantize, args.dtype, getattr(args, "device", "cpu"))[0]
+
+
 def run_tracked(args: argparse.Namespace) -> int:
-    """Run the command inside an MLflow child run: its flags as params, its JSON output as metrics."""
+    """Run the command inside an MLflow child run: its flags as params, its JSON output as metrics.
+    The run's process starts first, so that it opens the store while this one imports torch."""
     from diversed.tracking import job_run
 
     with job_run(args.track) as run:
+        resolve_choices(args)
         args.tracker = run
         params = {k: v for k, v in vars(args).items() if k not in ("func", "tracker", "track")}
         run.params(params)
@@ -75,14 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.tracker = None
     try:
-        if getattr(args, "dtype", None) == "auto":  # resolved here, so records name the dtype that ran
-            from diversed.engine.cpu import choose_dtype
-
-            args.dtype = choose_dtype("auto", getattr(args, "device", "cpu"))[0]
-        if getattr(args, "quantize", None):  # auto resolved, fp16 checked against the device
-            from diversed.engine.quantize import choose_quantize
-
-            args.quantize = choose_quantize(args.quantize, args.dtype, getattr(args, "device", "cpu"))[0]
-        return run_tracked(args) if args.track else args.func(args)
+        if args.track:
+            return run_tracked(args)
+        resolve_choices(args)
+        return args.func(args)
     except (ValueError, OSError) as err:  # ConfigError, ModelError, DataError, HeadError are ValueErrors
         parser.exit(2, f"diversed {args.command}: error: {err}\n")

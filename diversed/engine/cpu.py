@@ -237,6 +237,8 @@ def pack_linears(
                     torch.cat([m.bias.detach() for m in members]), requires_grad=False
                 )
             pack(product, stacked)
+        for member in members:  # now, not after the last group: the file pages leave the resident set
+            pages.release(member)
         return product
 
     def pack_one(module: nn.Linear) -> None:
@@ -255,7 +257,6 @@ def pack_linears(
         shared = _SiblingProduct(product, [getattr(parent, name).out_features for name in names])
         for index, name in enumerate(names):
             member = getattr(parent, name)
-            pages.release(member)
             if member.bias is not None:  # the product carries it
                 member.bias = nn.Parameter(torch.empty(member.bias.shape, device="meta"), requires_grad=False)
             member.sibling_product, member.sibling_index = shared, index
