@@ -1,7 +1,9 @@
 """Peak resident memory and wall time of each workflow stage on the embedded pair, one small job
-each, measured by GNU time (``/usr/bin/time -f "%M %e"``) around the very command the rule runs.
+each, measured by GNU time (``/usr/bin/time -f "%M %e"``) around the very command the rule runs
+(tracked in MLflow, as there, into a scratch store); each decode job ``--repeats`` times, its log's
+"ready to decode" seconds kept.
 
-    python benchmarks/stage_memory.py --out benchmarks/results/stage-memory.json [--convert]
+    python benchmarks/stage_memory.py --out benchmarks/results/stage-memory.json [--convert] [--repeats 3]
 
 ``--convert`` also times the one-time GGUF -> safetensors conversion of the 1.5B target into a
 scratch cache (the GGUF files are linked from the real cache, nothing is downloaded).
@@ -13,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +38,7 @@ def measure(name: str, command: list[str], env: dict[str, str] | None = None) ->
     row = {"stage": name, "peak_rss_gib": int(kib) / 2**20, "wall_seconds": float(seconds)}
     if ready:
         row["log"] = ready[-1].strip()
+        row["ready_seconds"] = float(re.search(r"ready to decode ([0-9.]+) s", ready[-1]).group(1))
     print(json.dumps(row), flush=True)
     return row
 
@@ -43,9 +47,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--convert", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each decode job")
     args = parser.parse_args()
-    exe = str(Path(sys.executable).with_name("diversed"))
     work = Path(tempfile.mkdtemp(prefix="diversed-stages-"))
+    os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlruns.db'}"
+
+    def exe(stage: str) -> list[str]:
+        return [str(Path(sys.executable).with_name("diversed")), "--track", stage]
+
     models = ["--target", TARGET, "--draft", DRAFT]
     rows = []
     try:
@@ -56,13 +65,19 @@ def main() -> None:
             scratch.mkdir()
             (scratch / "gguf").symlink_to(cache_dir() / "gguf")
             env = {**os.environ, "DIVERSED_CACHE": str(scratch)}
-            rows.append(measure("convert 1.5B (once)", [exe, "models", "fetch", "qwen2.5-coder-1.5b"], env))
+            rows.append(
+                measure(
+                    "convert 1.5B (once)",
+                    [*exe("prepare_models"), "models", "fetch", "qwen2.5-coder-1.5b"],
+                    env,
+                )
+            )
         traces, head = work / "traces", work / "head"
         rows.append(
             measure(
                 "collect-traces (2 MBPP train prompts x 32 tokens, B=2)",
                 [
-                    exe,
+                    *exe("collect_traces"),
                     "collect-traces",
                     "--dataset",
                     "mbpp",
@@ -82,15 +97,20 @@ def main() -> None:
             )
         )
         rows.append(
-            measure("train-head", [exe, "train-head", "--traces", str(traces), "--out", str(head), "--quiet"])
+            measure(
+                "train-head",
+                [*exe("train_head"), "train-head", "--traces", str(traces), "--out", str(head), "--quiet"],
+            )
         )
-        for method, extra in (("auto", []), ("sd", []), ("diversed", ["--head", str(head)])):
+        decodes = (("auto", []), ("sd", []), ("diversed", ["--head", str(head)])) * args.repeats
+        for method, extra in decodes:
             out = work / f"{method}.jsonl"
+            out.unlink(missing_ok=True)
             rows.append(
                 measure(
                     f"decode {method} (2 HumanEval prompts x 32 tokens, B=2)",
                     [
-                        exe,
+                        *exe("decode"),
                         "decode",
                         "--dataset",
                         "humaneval",
@@ -113,14 +133,23 @@ def main() -> None:
         rows.append(
             measure(
                 "score",
-                [exe, "score", "--dataset", "humaneval", "--in", str(work / "sd.jsonl"), "--out", str(score)],
+                [
+                    *exe("score"),
+                    "score",
+                    "--dataset",
+                    "humaneval",
+                    "--in",
+                    str(work / "sd.jsonl"),
+                    "--out",
+                    str(score),
+                ],
             )
         )
         rows.append(
             measure(
                 "report",
                 [
-                    exe,
+                    *exe("report"),
                     "report",
                     "--scores",
                     str(score),
@@ -140,6 +169,9 @@ def main() -> None:
         "dtype": "auto -> " + ("bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "date": time.strftime("%Y-%m-%d"),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip(),
         "command": " ".join(sys.argv),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
