@@ -6,6 +6,8 @@ collect-traces did before the engine's trace mode. Reported: seconds per emitted
 the ratios. Usage (embedded pair, MBPP train prompts from $DIVERSED_DATA_DIR):
 
     python benchmarks/traces_speed.py --prompts 4 --out benchmarks/results/traces-speed.json
+
+``--dtype`` (auto: bf16 where the CPU has native bf16) picks what both collections run in.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from pathlib import Path
 
 import torch
 
+from diversed.config import DTYPES
 from diversed.data import load_examples
 from diversed.engine.cache import RaggedCache
+from diversed.engine.cpu import choose_dtype
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.models import eos_ids, load_pair, load_tokenizer
 from diversed.traces import TraceJob, behaviour_decoder
@@ -55,9 +59,12 @@ def main() -> None:
     parser.add_argument("--weight", type=float, default=0.5)
     parser.add_argument("--draft-length", type=int, default=4)
     parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--dtype", default="auto", choices=DTYPES, help="auto: bf16 where the CPU has it")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    target, draft = load_pair(args.target, args.draft, "float32")
+    args.dtype, why = choose_dtype(args.dtype)
+    print(f"dtype {args.dtype} ({why})", flush=True)
+    target, draft = load_pair(args.target, args.draft, args.dtype)
     tokenizer = load_tokenizer(args.target)
     eos = eos_ids(tokenizer, target)
     prompts = [tokenizer(e.prompt).input_ids for e in load_examples(args.dataset, "train", args.prompts)]
