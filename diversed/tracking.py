@@ -143,6 +143,13 @@ class JobRun:
             self._safe(lambda: self.mlflow.log_artifacts(str(path), artifact_path=path.name))
 
 
+def tracking_off(stage: str, err: Exception, root: Path) -> None:
+    """Warn that a job runs untracked; inside a tracked invocation, count it as a job that failed to log."""
+    warnings.warn(f"MLflow tracking is off for this job: {err}", stacklevel=3)
+    if (root / "parent_run_id").exists():
+        record_failure(stage, err, root)
+
+
 def _start_run(stage: str, root: Path, start_ms: int) -> JobRun:
     """The job's MLflow run, started at ``start_ms`` (when the job began, not when this process got
     there, so stage times stay whole); a :class:`JobRun` that logs nothing when the store fails."""
@@ -156,9 +163,7 @@ def _start_run(stage: str, root: Path, start_ms: int) -> JobRun:
         run = mlflow.MlflowClient().create_run(experiment, start_time=start_ms, tags=tags, run_name=stage)
         mlflow.start_run(run_id=run.info.run_id)
     except Exception as err:  # noqa: BLE001
-        warnings.warn(f"MLflow tracking is off for this job: {err}", stacklevel=2)
-        if (root / "parent_run_id").exists():  # inside a tracked invocation: count it
-            record_failure(stage, err, root)
+        tracking_off(stage, err, root)
         return JobRun(None)
     return JobRun(mlflow, stage, root)
 
@@ -179,12 +184,15 @@ def serve(stage: str, root: Path, start_ms: int, lines: Iterator[str]) -> str:
 
 
 class _PipedRun:
-    """The job's side of :class:`JobRun`: each call becomes one line to the tracking process."""
+    """The job's side of :class:`JobRun`: each call becomes one line to the tracking process (none
+    when it could not start: then every call is a no-op, as for a broken store)."""
 
-    def __init__(self, process: subprocess.Popen) -> None:
+    def __init__(self, process: subprocess.Popen | None) -> None:
         self.process = process
 
     def _send(self, *call: Any) -> None:
+        if self.process is None:
+            return
         with contextlib.suppress(OSError):  # the tracking process is gone: it recorded why
             self.process.stdin.write(json.dumps(call, default=str) + "\n")
             self.process.stdin.flush()
@@ -199,6 +207,8 @@ class _PipedRun:
         self._send("artifact", str(path))
 
     def close(self, status: str) -> None:
+        if self.process is None:
+            return
         self._send("end", status)
         with contextlib.suppress(OSError):
             self.process.stdin.close()
@@ -209,11 +219,12 @@ class _PipedRun:
 def job_run(stage: str, root: Path = DEFAULT_DIR) -> Iterator[_PipedRun]:
     """A child run of the invocation's parent (or a plain run when there is none), kept by a
     tracking process beside the job (see above); it ends FINISHED, or FAILED if the job raised."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "diversed.tracking", stage, str(root), str(int(time.time() * 1000))],
-        stdin=subprocess.PIPE,
-        text=True,
-    )
+    command = [sys.executable, "-m", "diversed.tracking", stage, str(root), str(int(time.time() * 1000))]
+    try:
+        process = subprocess.Popen(command, stdin=subprocess.PIPE, text=True)
+    except OSError as err:
+        tracking_off(stage, err, root)
+        process = None
     run = _PipedRun(process)
     status = "FAILED"
     try:

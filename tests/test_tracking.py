@@ -26,6 +26,13 @@ def test_broken_tracking_store_only_warns(tmp_path, monkeypatch, capfd, canonica
     assert "MLflow tracking is off for this job" in capfd.readouterr().err  # the tracking process's warning
 
 
+def test_a_tracking_process_that_cannot_start_only_warns(tmp_path, monkeypatch):
+    monkeypatch.setattr(tracking.sys, "executable", str(tmp_path / "no-python-here"))
+    with pytest.warns(UserWarning, match="tracking is off"), tracking.job_run("decode", tmp_path) as run:
+        run.params({"method": "sd"})
+        run.metrics({"acceptance": 0.5})
+
+
 def test_job_runs_end_finished_failed_or_killed_and_start_when_the_job_did(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     root = tmp_path / "mlflow"
