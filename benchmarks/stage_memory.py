@@ -162,11 +162,11 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    import torch
+    from diversed.engine.cpu import choose_dtype
 
     record = {
         "stages": rows,
-        "dtype": "auto -> " + ("bfloat16" if torch.cpu._is_avx512_bf16_supported() else "float32"),
+        "dtype": "auto -> {} ({})".format(*choose_dtype("auto")),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "date": time.strftime("%Y-%m-%d"),
         "commit": subprocess.run(

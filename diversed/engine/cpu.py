@@ -136,9 +136,13 @@ class _FilePages:
 
     def release(self, module: nn.Module) -> None:
         """Drop the file pages of ``module``'s weight and keep it only as a shape on ``meta``."""
-        weight = module.weight.detach()
-        self.drop(weight)
-        module.weight = nn.Parameter(torch.empty(weight.shape, device="meta"), requires_grad=False)
+        self.drop(module.weight.detach())
+        module.weight = _shape_only(module.weight)
+
+
+def _shape_only(tensor: torch.Tensor) -> nn.Parameter:
+    """A parameter that keeps ``tensor``'s shape on ``meta`` and no memory (its data lives packed)."""
+    return nn.Parameter(torch.empty(tensor.shape, device="meta"), requires_grad=False)
 
 
 SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
@@ -239,6 +243,8 @@ def pack_linears(
             pack(product, stacked)
         for member in members:  # now, not after the last group: the file pages leave the resident set
             pages.release(member)
+            if member.bias is not None:  # the product carries it
+                member.bias = _shape_only(member.bias)
         return product
 
     def pack_one(module: nn.Linear) -> None:
@@ -257,8 +263,6 @@ def pack_linears(
         shared = _SiblingProduct(product, [getattr(parent, name).out_features for name in names])
         for index, name in enumerate(names):
             member = getattr(parent, name)
-            if member.bias is not None:  # the product carries it
-                member.bias = nn.Parameter(torch.empty(member.bias.shape, device="meta"), requires_grad=False)
             member.sibling_product, member.sibling_index = shared, index
             member.forward = types.MethodType(_sibling_forward, member)
     return len(linears) + len(grouped)
