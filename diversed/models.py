@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from diversed import embedded
 from diversed.embedded import is_embedded
 from diversed.engine.cpu import use_onednn_linear
+from diversed.engine.packed_store import PackedStore
 from diversed.engine.quantize import choose_quantize, use_fp16_weights
 
 
@@ -72,16 +73,19 @@ def load_model(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = _from_pretrained(AutoModelForCausalLM, name, dtype, **kwargs).to(device).eval()
-    use_cpu_linears(model, device, onednn, quantize)
+    use_cpu_linears(model, device, onednn, quantize, PackedStore.for_model(resolve(name, dtype), model.dtype))
     return model
 
 
-def use_cpu_linears(model: PreTrainedModel, device: str, onednn: bool, quantize: str) -> None:
-    """The CPU kernels for the model's linears: fp16 weights (``quantize="fp16"``), else oneDNN."""
+def use_cpu_linears(
+    model: PreTrainedModel, device: str, onednn: bool, quantize: str, store: PackedStore | None = None
+) -> None:
+    """The CPU kernels for the model's linears: fp16 weights (``quantize="fp16"``), else oneDNN,
+    its packed weights kept in ``store`` (a local model's: packed once, mapped by later jobs)."""
     if quantize == "fp16":
         use_fp16_weights(model)
     elif onednn and device == "cpu":
-        use_onednn_linear(model)
+        use_onednn_linear(model, store)
 
 
 def load_pair(

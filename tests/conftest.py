@@ -16,6 +16,15 @@ def _single_thread() -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _packed_store_in_tmp(tmp_path_factory):
+    """Models the tests load and pack keep their packed weights in a temporary folder, never in the
+    user's cache (subprocesses such as Snakemake's jobs inherit the variable)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DIVERSED_PACKED_CACHE", str(tmp_path_factory.mktemp("packed")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return tiny_tokenizer()

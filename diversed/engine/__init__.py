@@ -4,7 +4,8 @@ Read in this order: :mod:`~diversed.engine.loop` (the block loop and its invaria
 :mod:`~diversed.engine.cache` (the shared KV cache with holes), :mod:`~diversed.engine.rules`
 (verification rules on [B, L, V]), :mod:`~diversed.engine.sampling` (distributions and per-row
 randomness), :mod:`~diversed.engine.schedules` (draft lengths), :mod:`~diversed.engine.stats`
-(counters and timings), :mod:`~diversed.engine.cpu` (CPU linear kernels). Nothing here imports
+(counters and timings), :mod:`~diversed.engine.cpu` (CPU linear kernels) and
+:mod:`~diversed.engine.packed_store` (their packed weights, kept on disk). Nothing here imports
 the CLI, the workflow or MLflow.
 """
 

@@ -28,6 +28,9 @@ Packing itself is one-threaded and bound by page faults on the fresh memory it w
 linears are packed by as many Python threads as torch has (torch releases the GIL in its ops):
 ~1.6x faster on 2 cores. The CLI also asks torch's allocator for transparent huge pages
 (``THP_MEM_ALLOC_ENABLE``), 512x fewer faults where the kernel grants them.
+Even so, packing was half of a decode job's start on a 2-core VM; with a
+:class:`~diversed.engine.packed_store.PackedStore` a model is packed once and later loads map the
+stored bytes (``pack`` then never reads the dense weight, so its file pages are not touched).
 
 Sibling linears. At one token per row a forward is ~200 matrix-vector products, and a small one
 streams its weights further below bandwidth than a large one (on a 2-core Xeon with AMX, bf16:
@@ -56,6 +59,7 @@ import torch
 from torch import nn
 
 from diversed.config import DTYPES
+from diversed.engine.packed_store import PackedStore
 
 
 def available() -> bool:
@@ -174,11 +178,11 @@ def _sibling_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 def _sibling_groups(
     model: nn.Module, dtypes: tuple[torch.dtype, ...]
-) -> list[tuple[nn.Module, tuple[str, ...]]]:
-    """(parent, names) of every group of :data:`SIBLINGS` that can share one product: plain CPU
-    linears of one dtype in ``dtypes``, one input width, all with a bias or none."""
+) -> list[tuple[str, nn.Module, tuple[str, ...]]]:
+    """(parent's name, parent, names) of every group of :data:`SIBLINGS` that can share one
+    product: plain CPU linears of one dtype in ``dtypes``, one input width, all with a bias or none."""
     groups = []
-    for parent in model.modules():
+    for parent_name, parent in model.named_modules():
         for names in SIBLINGS:
             members = [getattr(parent, name, None) for name in names]
             if not all(type(m) is nn.Linear for m in members):
@@ -186,7 +190,7 @@ def _sibling_groups(
             kinds = {(m.weight.dtype, m.weight.device.type, m.in_features, m.bias is None) for m in members}
             dtype, device = next(iter(kinds))[:2]
             if len(kinds) == 1 and dtype in dtypes and device == "cpu":
-                groups.append((parent, names))
+                groups.append((parent_name, parent, names))
     return groups
 
 
@@ -204,61 +208,72 @@ class _Scratch(threading.local):
         return self.buffer[: rows * cols].view(rows, cols)
 
 
-def pack_linears(
-    model: nn.Module, dtypes: tuple[torch.dtype, ...], pack: Callable[[nn.Linear, torch.Tensor], None]
-) -> int:
+Pack = Callable[[str, nn.Linear, Callable[[], torch.Tensor]], None]
+
+
+def pack_linears(model: nn.Module, dtypes: tuple[torch.dtype, ...], pack: Pack) -> int:
     """Give every CPU ``nn.Linear`` of ``model`` whose weight has one of ``dtypes`` a packed form
-    (``pack(module, weight)`` stores it and sets ``module.forward``; it must copy ``weight``), each
-    group of :data:`SIBLINGS` as one product over their stacked weights; release the dense weights
-    nothing else shares; return how many of the model's linears now run packed. Threads, pages and
-    siblings: see above."""
+    (``pack(name, module, weight)`` stores it and sets ``module.forward``; ``weight()`` gives the
+    dense weight to pack, which ``pack`` must copy, and is not read if ``pack`` never calls it),
+    each group of :data:`SIBLINGS` as one product over their stacked weights, named
+    ``PARENT.fused_q_proj_k_proj_v_proj``; release the dense weights nothing else shares; return
+    how many of the model's linears now run packed. Threads, pages and siblings: see above."""
     pages = _FilePages()
     counts: dict[int, int] = {}
     for _, param in model.named_parameters(remove_duplicate=False):
         counts[param.data_ptr()] = counts.get(param.data_ptr(), 0) + 1
     groups = _sibling_groups(model, dtypes)
-    grouped = {id(getattr(parent, name)) for parent, names in groups for name in names}
+    grouped = {id(getattr(parent, name)) for _, parent, names in groups for name in names}
     linears = []
-    for module in model.modules():
+    for name, module in model.named_modules():
         weight = getattr(module, "weight", None)
         packable = weight is not None and weight.dtype in dtypes and id(module) not in grouped
         if type(module) is nn.Linear and weight.device.type == "cpu" and packable:
-            linears.append(module)
+            linears.append((name, module))
     scratch = _Scratch()
 
-    def pack_group(group: tuple[nn.Module, tuple[str, ...]]) -> nn.Linear:
-        members = [getattr(group[0], name) for name in group[1]]
+    def pack_group(group: tuple[str, nn.Module, tuple[str, ...]]) -> nn.Linear:
+        parent_name, parent, names = group
+        members = [getattr(parent, name) for name in names]
         weights = [m.weight.detach() for m in members]
         with torch.device("meta"):  # the product keeps only its shape: its weight lives packed
             product = nn.Linear(weights[0].shape[1], sum(w.shape[0] for w in weights), bias=False)
-        for weight in weights:
-            pages.populate(weight)
-        stacked = scratch.take(product.out_features, product.in_features, weights[0].dtype)
+
+        def stacked() -> torch.Tensor:
+            for weight in weights:
+                pages.populate(weight)
+            out = scratch.take(product.out_features, product.in_features, weights[0].dtype)
+            return torch.cat(weights, out=out)
+
         with torch.no_grad():
-            torch.cat(weights, out=stacked)
             if members[0].bias is not None:
                 product.bias = nn.Parameter(
                     torch.cat([m.bias.detach() for m in members]), requires_grad=False
                 )
-            pack(product, stacked)
+            pack(f"{parent_name}.fused_{'_'.join(names)}".lstrip("."), product, stacked)
         for member in members:  # now, not after the last group: the file pages leave the resident set
             pages.release(member)
             if member.bias is not None:  # the product carries it
                 member.bias = _shape_only(member.bias)
         return product
 
-    def pack_one(module: nn.Linear) -> None:
+    def pack_one(item: tuple[str, nn.Linear]) -> None:
+        name, module = item
         weight = module.weight.detach()
-        pages.populate(weight)
+
+        def dense() -> torch.Tensor:
+            pages.populate(weight)
+            return weight
+
         with torch.no_grad():  # per thread: grad mode is thread-local
-            pack(module, weight)
+            pack(name, module, dense)
         if counts.get(weight.data_ptr(), 0) == 1:
             pages.release(module)
 
     with ThreadPoolExecutor(max(1, torch.get_num_threads())) as pool:
         products = list(pool.map(pack_group, groups))  # list(): re-raises the first error of any thread
         list(pool.map(pack_one, linears))
-    for (parent, names), product in zip(groups, products, strict=True):
+    for (_, parent, names), product in zip(groups, products, strict=True):
         parent.add_module("fused_" + "_".join(names), product)
         shared = _SiblingProduct(product, [getattr(parent, name).out_features for name in names])
         for index, name in enumerate(names):
@@ -268,15 +283,26 @@ def pack_linears(
     return len(linears) + len(grouped)
 
 
-def use_onednn_linear(model: nn.Module) -> int:
+def use_onednn_linear(model: nn.Module, store: PackedStore | None = None) -> int:
     """Switch the model's CPU fp32/bf16 linears to pre-packed oneDNN weights, siblings stacked;
-    return how many of the model's linears now run on them."""
+    return how many of the model's linears now run on them. With a ``store``, the packed weights
+    are read from it when it has them, and written to it when it has not (see
+    :mod:`diversed.engine.packed_store`)."""
     if not available():
         return 0
+    stored = store.load() if store is not None else None
+    packed: dict[str, torch.Tensor] = {}
 
-    def pack(module: nn.Linear, weight: torch.Tensor) -> None:
-        module.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight, None)
+    def pack(name: str, module: nn.Linear, weight: Callable[[], torch.Tensor]) -> None:
+        shape = (module.out_features, module.in_features)
+        kept = stored.get(name) if stored is not None else None
+        if kept is None or tuple(kept.shape) != shape:  # the store's key fixes the dtype
+            kept = torch.ops.mkldnn._reorder_linear_weight(weight(), None)
+        module.packed_weight = packed[name] = kept
         module.forward = types.MethodType(_packed_forward, module)
 
     dtypes = (torch.float32, torch.bfloat16) if onednn_bf16() else (torch.float32,)
-    return pack_linears(model, dtypes, pack)
+    count = pack_linears(model, dtypes, pack)
+    if store is not None and stored is None and packed:
+        store.save(packed)
+    return count

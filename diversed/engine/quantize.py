@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import types
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -77,8 +78,8 @@ def _fp16_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return fp16_linear(x, self.fp16_weight)
 
 
-def _pack(module: nn.Linear, weight: torch.Tensor) -> None:
-    module.fp16_weight = pack_fp16(weight, module.bias)
+def _pack(name: str, module: nn.Linear, weight: Callable[[], torch.Tensor]) -> None:
+    module.fp16_weight = pack_fp16(weight(), module.bias)
     module.forward = types.MethodType(_fp16_forward, module)
 
 
