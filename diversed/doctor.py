@@ -72,6 +72,15 @@ def run_doctor(data_dir: str | None = None) -> int:
 
         weights, why = choose_quantize("auto", dtype, "cpu")
         _line(True, "quantize auto", f"{weights}: {why}")
+        from diversed.engine import packed_store
+
+        store = packed_store.root()
+        if store is None or not packed_store.supported():
+            why = "turned off (DIVERSED_PACKED_CACHE=off)" if store is None else "this torch cannot read one"
+            _line(True, "packed weights", f"packed again by every job: {why}")
+        else:
+            kept = [p for p in store.glob("*") if (p / "index.json").exists()]
+            _line(True, "packed weights", f"{store}: {len(kept)} stored; later jobs map them")
     from diversed.embedded import EMBEDDED, model_dir
 
     for name in EMBEDDED:
