@@ -7,6 +7,8 @@ each, measured by GNU time (``/usr/bin/time -f "%M %e"``) around the very comman
 
 ``--convert`` also times the one-time GGUF -> safetensors conversion of the 1.5B target into a
 scratch cache (the GGUF files are linked from the real cache, nothing is downloaded).
+The packed-weight store starts empty in the scratch folder: the first job (collect-traces) packs
+both models and writes it, as on a fresh machine, and the decode jobs after it map it.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ def main() -> None:
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="diversed-stages-"))
     os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlruns.db'}"
+    os.environ["DIVERSED_PACKED_CACHE"] = str(work / "packed")  # empty: the first job packs and stores
 
     def exe(stage: str) -> list[str]:
         return [str(Path(sys.executable).with_name("diversed")), "--track", stage]
