@@ -40,8 +40,8 @@ def _shim() -> ctypes.CDLL | None:
     """torch's C library when it exports what reading a store needs, else None."""
     try:
         lib = ctypes.CDLL(str(Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"))
-        for symbol in ("aoti_torch_create_tensor_from_blob_v2", "aoti_torch_layout__mkldnn"):
-            getattr(lib, symbol)
+        lib.aoti_torch_create_tensor_from_blob_v2.restype = ctypes.c_int32
+        lib.aoti_torch_layout__mkldnn.restype = ctypes.c_int32
     except (OSError, AttributeError):
         return None
     needed = (
@@ -52,6 +52,8 @@ def _shim() -> ctypes.CDLL | None:
 
 
 _LIB = _shim()
+_CAPSULE = ctypes.pythonapi.PyCapsule_New  # how torch takes ownership of the tensor the shim made
+_CAPSULE.restype, _CAPSULE.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
 def supported() -> bool:
@@ -117,11 +119,9 @@ class PackedStore:
                 needed = max((e["offset"] + e["nbytes"] for e in index), default=0)
                 if os.fstat(file.fileno()).st_size < needed:
                     return None
-                mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY) if index else None
-        except (OSError, ValueError, KeyError, TypeError):
+                mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError, KeyError, TypeError):  # ValueError: also an empty file
             return None
-        if mapping is None:
-            return {}
         anchor = ctypes.c_char.from_buffer(mapping)  # holds the mapping open while tensors use it
         base = ctypes.addressof(anchor)
         libc = ctypes.CDLL(None) if platform.system() == "Linux" else None
@@ -175,12 +175,10 @@ class PackedStore:
 
 def _from_blob(address: int, entry: dict) -> torch.Tensor:
     """A oneDNN tensor over ``entry["nbytes"]`` bytes at ``address`` in the layout its descriptor names."""
-    fn = _LIB.aoti_torch_create_tensor_from_blob_v2
-    fn.restype = ctypes.c_int32
     int64s = ctypes.c_int64 * len(entry["shape"])
     descriptor = bytes(entry["descriptor"])
     handle = ctypes.c_void_p()
-    status = fn(
+    status = _LIB.aoti_torch_create_tensor_from_blob_v2(
         ctypes.c_void_p(address),
         ctypes.c_int64(len(entry["shape"])),
         int64s(*entry["shape"]),
@@ -196,9 +194,7 @@ def _from_blob(address: int, entry: dict) -> torch.Tensor:
     )
     if status != 0:
         raise RuntimeError(f"torch could not read a stored packed weight ({entry['name']})")
-    capsule = ctypes.pythonapi.PyCapsule_New
-    capsule.restype, capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-    return torch._C._aoti.alloc_tensor_by_stealing_from_void_ptr(capsule(handle.value, None, None))
+    return torch._C._aoti.alloc_tensor_by_stealing_from_void_ptr(_CAPSULE(handle.value, None, None))
 
 
 def _code(symbol: str) -> int:
