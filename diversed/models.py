@@ -73,7 +73,7 @@ def load_model(
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = _from_pretrained(AutoModelForCausalLM, name, dtype, **kwargs).to(device).eval()
-    use_cpu_linears(model, device, onednn, quantize, PackedStore.for_model(resolve(name, dtype), model.dtype))
+    use_cpu_linears(model, device, onednn, quantize, PackedStore.for_model(model.name_or_path, model.dtype))
     return model
 
 

@@ -54,12 +54,15 @@ import threading
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from diversed.config import DTYPES
-from diversed.engine.packed_store import PackedStore
+
+if TYPE_CHECKING:
+    from diversed.engine.packed_store import PackedStore
 
 
 def available() -> bool:
@@ -100,7 +103,17 @@ def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
 
 
-_MADV_DONTNEED, _MADV_POPULATE_READ = 4, 22
+_MADV_DONTNEED, MADV_POPULATE_READ = 4, 22
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def madvise(start: int, end: int, advice: int) -> None:
+    """``madvise`` the whole pages inside [start, end) (Linux; elsewhere nothing). Populating fails
+    harmlessly (EINVAL) before Linux 5.14."""
+    page = mmap.PAGESIZE
+    lo, hi = -(-start // page) * page, end // page * page
+    if _LIBC is not None and hi > lo:
+        _LIBC.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), advice)
 
 
 def _file_mappings() -> list[tuple[int, int]]:
@@ -119,21 +132,16 @@ class _FilePages:
     """The file-mapped pages behind tensors: populate them in bulk, drop them once packed."""
 
     def __init__(self) -> None:
-        self.libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-        self.ranges = _file_mappings() if self.libc else []
+        self.ranges = _file_mappings() if _LIBC is not None else []
 
     def _advise(self, tensor: torch.Tensor, advice: int) -> None:
         start = tensor.data_ptr()
         end = start + tensor.numel() * tensor.element_size()
-        if not any(lo <= start and end <= hi for lo, hi in self.ranges):
-            return
-        page = mmap.PAGESIZE
-        lo, hi = -(-start // page) * page, end // page * page  # whole pages inside the tensor only
-        if hi > lo:
-            self.libc.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), advice)
+        if any(lo <= start and end <= hi for lo, hi in self.ranges):
+            madvise(start, end, advice)  # whole pages inside the tensor only
 
     def populate(self, tensor: torch.Tensor) -> None:
-        self._advise(tensor, _MADV_POPULATE_READ)  # fails harmlessly (EINVAL) before Linux 5.14
+        self._advise(tensor, MADV_POPULATE_READ)
 
     def drop(self, tensor: torch.Tensor) -> None:
         self._advise(tensor, _MADV_DONTNEED)

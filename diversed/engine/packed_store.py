@@ -21,6 +21,7 @@ Where this torch lacks it, :func:`supported` is False and models are packed as b
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import json
 import mmap
@@ -31,6 +32,8 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from diversed.engine.cpu import MADV_POPULATE_READ, madvise
 
 FORMAT = 1
 ALIGN = 2 << 20  # a huge page: the kernel can map each weight's start with one
@@ -124,9 +127,7 @@ class PackedStore:
             return None
         anchor = ctypes.c_char.from_buffer(mapping)  # holds the mapping open while tensors use it
         base = ctypes.addressof(anchor)
-        libc = ctypes.CDLL(None) if platform.system() == "Linux" else None
-        if libc is not None:  # map every page now, in one call: the job is then truly ready
-            libc.madvise(ctypes.c_void_p(base), ctypes.c_size_t(len(mapping)), 22)  # MADV_POPULATE_READ
+        madvise(base, base + len(mapping), MADV_POPULATE_READ)  # every page now, in one call: truly ready
         packed = {}
         for entry in index:
             try:
@@ -197,6 +198,7 @@ def _from_blob(address: int, entry: dict) -> torch.Tensor:
     return torch._C._aoti.alloc_tensor_by_stealing_from_void_ptr(_CAPSULE(handle.value, None, None))
 
 
+@functools.cache
 def _code(symbol: str) -> int:
     """The value of one of the shim's enum getters (dtype, device, layout codes)."""
     getter = getattr(_LIB, symbol)
