@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -77,17 +76,10 @@ def main() -> None:
             print(f"{route} #{pair}: load {row['load_seconds']:.2f} s, step {row['median_step_ms']:.1f} ms")
             if pair:
                 runs.append(row)
+    from diversed.bench import provenance
+
     tokens = {json.dumps(r["tokens"]) for r in runs}
-    record = {
-        "runs": runs,
-        "same_tokens": len(tokens) == 1,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-        "date": time.strftime("%Y-%m-%d"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "command": " ".join(sys.argv),
-    }
+    record = {"runs": runs, "same_tokens": len(tokens) == 1, **provenance()}
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(record, indent=2) + "\n")

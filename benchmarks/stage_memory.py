@@ -16,13 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 TARGET, DRAFT = "embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b"
@@ -165,18 +163,10 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    from diversed.bench import provenance
     from diversed.engine.cpu import choose_dtype
 
-    record = {
-        "stages": rows,
-        "dtype": "auto -> {} ({})".format(*choose_dtype("auto")),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-        "date": time.strftime("%Y-%m-%d"),
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip(),
-        "command": " ".join(sys.argv),
-    }
+    record = {"stages": rows, "dtype": "auto -> {} ({})".format(*choose_dtype("auto")), **provenance()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
 

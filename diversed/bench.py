@@ -123,6 +123,22 @@ def configure_assistant(draft, k: int) -> None:
     draft.generation_config.assistant_confidence_threshold = 0.0
 
 
+def provenance() -> dict[str, Any]:
+    """Where and from what a benchmark record came: the machine, the date, the commit and the
+    command line, so a committed record can be rerun and compared."""
+    import os
+    import subprocess
+    import sys
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return {
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "date": time.strftime("%Y-%m-%d"),
+        "commit": commit.stdout.strip(),
+        "command": " ".join(sys.argv),
+    }
+
+
 def read_bandwidth(gib: float = 2.0, repeats: int = 5) -> float:
     """Memory read bandwidth in bytes/s: a sum over ``gib`` GiB of touched fp32, best of ``repeats``.
 
