@@ -130,16 +130,20 @@ def run_decode(
     attn_implementation: str | None = None,
     batch_size: int = 1,
     latency_examples: int = 0,
+    prefix_cache: bool = True,
 ) -> Path:
     """Decode every example of ``job`` not yet in ``out``; return the file written.
 
     With ``shard=(rank, world)`` this process takes every world-th example, starting at ``rank``,
-    and writes them to its own shard file (see :func:`merge_shards`).
+    and writes them to its own shard file (see :func:`merge_shards`). With ``prefix_cache`` the
+    task's shared prompt start (few-shot block, instruction) is prefilled once per model for the
+    whole job; like the batch size it changes no output (fp32), only the time, and each record
+    says whether it was on.
     """
     if batch_size < 1:
         raise DataError(f"batch_size must be >= 1, got {batch_size}")
     from diversed.head import load_head_for
-    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
+    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids, shared_prefix
 
     rank, world = shard
     path = Path(out) if world == 1 else shard_path(out, rank, world)
@@ -163,6 +167,12 @@ def run_decode(
     # one line even under --quiet: workflow logs record how long loading took and what it cost
     print(f"{job.dataset} {job.config.method.value}: {_readiness()}", file=sys.stderr)
     task = get_task(job.dataset)
+    prompts = {index: prompt_ids(tokenizer, example.prompt, job.chat) for index, example in todo}
+    prefix = None
+    if prefix_cache:
+        prefix = shared_prefix(tokenizer, todo[0][1].prefix, job.chat, prompts.values())
+    if prefix is not None:
+        print(f"{job.dataset}: {len(prefix)} shared prompt tokens, prefilled once per model", file=sys.stderr)
     decoder = Decoder(
         target,
         draft,
@@ -171,6 +181,7 @@ def run_decode(
         eos_token_ids=eos_ids(tokenizer, target),
         stop_strings=task.stop_strings,
         decode_text=tokenizer.decode,
+        prefix=prefix,
     )
     settings, digest = job.settings(), job.settings_hash()
     done_stats = [GenerationStats()]
@@ -178,7 +189,6 @@ def run_decode(
     bar = tqdm(
         total=len(todo), desc=f"{job.dataset} {job.config.method.value}", unit="ex", disable=not progress
     )
-    prompts = {index: prompt_ids(tokenizer, example.prompt, job.chat) for index, example in todo}
     lengths = {index: len(ids) for index, ids in prompts.items()}
     with path.open("a", encoding="utf-8") as sink:
         for batch in plan_batches(todo, batch_size, latency_examples, lengths):
@@ -203,6 +213,7 @@ def run_decode(
                     "finish_reason": result.finish_reason,
                     "stats": result.stats.to_dict(),
                     "batch": batch_info,
+                    "prefix_cache": prefix_cache,
                     "settings": settings,
                     "settings_hash": digest,
                 }

@@ -7,6 +7,7 @@ that cannot be fetched, or a target/draft pair whose vocabularies differ.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -16,6 +17,7 @@ from diversed import embedded
 from diversed.embedded import is_embedded
 from diversed.engine.cpu import use_onednn_linear
 from diversed.engine.packed_store import PackedStore
+from diversed.engine.prefix import SharedPrefix
 from diversed.engine.quantize import choose_quantize, use_fp16_weights
 
 
@@ -137,3 +139,20 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -> l
         return tokenizer(prompt).input_ids
     ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
     return ids if isinstance(ids, list) else ids["input_ids"]
+
+
+def shared_prefix(
+    tokenizer: PreTrainedTokenizerBase, text: str, chat: bool, prompts: Iterable[list[int]]
+) -> SharedPrefix | None:
+    """The tokens of a task's shared prompt text (``Task.prefix``) that the job's prompts start with.
+
+    The text is tokenized as the prompts are (raw or in the chat template); where its last tokens
+    merge with an example's own text (BPE across the boundary), or the template closes the turn,
+    the prompts diverge from it earlier, and only the tokens some prompt really shares are kept.
+    None when nothing is shared (HumanEval, or a prefix the tokenizer never splits off).
+    """
+    if not text:
+        return None
+    ids = SharedPrefix(prompt_ids(tokenizer, text, chat))
+    shared = max((ids.common_length(p) for p in prompts), default=0)
+    return SharedPrefix(ids.ids[:shared]) if shared else None

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from diversed.config import DecodeConfig, differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
 from diversed.engine.loop import Decoder
+from diversed.engine.prefix import SharedPrefix
 from diversed.head import WEIGHTS
 from diversed.metrics import rouge2_per_example
 
@@ -51,13 +52,15 @@ class TraceJob:
     dtype: str = "float32"
     quantize: str = "none"
     seed: int = 42
+    rollouts: int = 1  # samples of each (prompt, behaviour): a group whose rewards can be compared
 
     def settings(self) -> dict[str, Any]:
         """The job's fields, and a previous head's content hash: a head is named by its folder, but
         a head retrained into the same folder makes traces sampled from the old one stale."""
         values = asdict(self)
-        if self.quantize == "none":  # named only when used: traces collected before it existed stay valid
-            del values["quantize"]
+        for name, default in (("quantize", "none"), ("rollouts", 1)):
+            if values[name] == default:  # named only when used: traces collected before stay valid
+                del values[name]
         values["behaviour_weights"] = list(self.behaviour_weights)
         if self.head and (Path(self.head) / WEIGHTS).exists():
             values["head_sha256"] = hashlib.sha256((Path(self.head) / WEIGHTS).read_bytes()).hexdigest()[:16]
@@ -87,7 +90,14 @@ def task_reward(dataset: str, prediction: str, example: Example) -> float:
     return float(run_program(task.program(prediction, example.record)).passed)
 
 
-def behaviour_decoder(target, draft, job: TraceJob, weight: float | None, head, stop_ids) -> Decoder:
+def sequence_id(example_id: str, behaviour: str, rollout: int, rollouts: int) -> str:
+    """``<example>@<behaviour>``, and ``#<rollout>`` when each prompt is rolled out several times."""
+    return f"{example_id}@{behaviour}" + (f"#{rollout}" if rollouts > 1 else "")
+
+
+def behaviour_decoder(
+    target, draft, job: TraceJob, weight: float | None, head, stop_ids, prefix: SharedPrefix | None = None
+) -> Decoder:
     """Speculative decoding against v = mu, the behaviour mixture, in trace mode.
 
     ``static`` with weight w verifies against mu = w p + (1 - w) q exactly (a fixed behaviour
@@ -103,7 +113,7 @@ def behaviour_decoder(target, draft, job: TraceJob, weight: float | None, head, 
     if weight is not None:
         values["target_weight"] = weight
     config = DecodeConfig.from_dict(values)
-    return Decoder(target, draft, config, head=head, eos_token_ids=stop_ids, traces=True)
+    return Decoder(target, draft, config, head=head, eos_token_ids=stop_ids, traces=True, prefix=prefix)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -144,14 +154,17 @@ def collect_traces(
     progress: bool = True,
     batch_size: int = 1,
     replace_stale: bool = False,
+    prefix_cache: bool = True,
 ) -> Path:
-    """Roll out every (prompt, behaviour) pair not yet in ``out``, ``batch_size`` at a time.
+    """Roll out every (prompt, behaviour, rollout) not yet in ``out``, ``batch_size`` at a time.
 
     The manifest is rewritten after each batch, so a kill loses at most the batch in flight;
-    sequence n is seeded with ``seed * 100_003 + n`` whatever the batch size.
+    sequence n is seeded with ``seed * 100_003 + n`` whatever the batch size. A group's rollouts
+    are consecutive, so a batch holds few distinct prompts: the engine prefills each once, and
+    the task's shared prompt start once per model for the whole collection (``prefix_cache``).
     """
     from diversed.head import load_head_for
-    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
+    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids, shared_prefix
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -161,7 +174,13 @@ def collect_traces(
     behaviours: list[tuple[str, float | None]] = (
         [("head", None)] if job.head else [(f"w{w:g}", w) for w in job.behaviour_weights]
     )
-    todo = [(e, name, w) for e in examples for name, w in behaviours if f"{e.id}@{name}" not in done]
+    todo = [
+        (e, name, sequence_id(e.id, name, g, job.rollouts))
+        for name, _ in behaviours
+        for e in examples
+        for g in range(job.rollouts)
+        if sequence_id(e.id, name, g, job.rollouts) not in done
+    ]
     if not todo:
         return out_dir
     tokenizer = load_tokenizer(job.target)
@@ -169,22 +188,24 @@ def collect_traces(
     head = load_head_for(job.head, target, draft) if job.head else None
     stop_ids = eos_ids(tokenizer, target)
     task = get_task(job.dataset)
+    prompts = {e.id: prompt_ids(tokenizer, e.prompt, job.chat) for e in examples}
+    prefix = None
+    if prefix_cache:
+        prefix = shared_prefix(tokenizer, examples[0].prefix, job.chat, prompts.values())
     bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not progress)
     for name, weight in behaviours:
-        decoder = behaviour_decoder(target, draft, job, weight, head, stop_ids)
+        decoder = behaviour_decoder(target, draft, job, weight, head, stop_ids, prefix)
         mine = [item for item in todo if item[1] == name]
         for first in range(0, len(mine), batch_size):
             batch = mine[first : first + batch_size]
             index = len(manifest["sequences"])
-            prompts = [prompt_ids(tokenizer, example.prompt, job.chat) for example, _, _ in batch]
             seeds = [job.seed * 100_003 + index + i for i in range(len(batch))]
-            for offset, ((example, _, _), result) in enumerate(
-                zip(batch, decoder.generate_batch(prompts, seeds=seeds), strict=True)
-            ):
+            results = decoder.generate_batch([prompts[example.id] for example, _, _ in batch], seeds=seeds)
+            for offset, ((example, _, seq_id), result) in enumerate(zip(batch, results, strict=True)):
                 completion = tokenizer.decode(result.token_ids, skip_special_tokens=True)
                 prediction = task.extract(completion, example.record)
                 meta = {
-                    "id": f"{example.id}@{name}",
+                    "id": seq_id,
                     "example_id": example.id,
                     "behaviour": name,
                     "completion": completion,
@@ -199,7 +220,9 @@ def collect_traces(
                 save_file(result.trace, str(path) + ".tmp")
                 os.replace(str(path) + ".tmp", path)
                 _write_atomic(out_dir / f"{meta['file']}.json", json.dumps(meta, ensure_ascii=False))
-                manifest["sequences"].append({k: meta[k] for k in ("id", "file", "reward", "tokens")})
+                manifest["sequences"].append(
+                    {k: meta[k] for k in ("id", "example_id", "file", "reward", "tokens")}
+                )
             _write_atomic(out_dir / "manifest.json", json.dumps(manifest, indent=1))
             bar.update(len(batch))
     bar.close()

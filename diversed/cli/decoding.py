@@ -11,6 +11,7 @@ from diversed.cli.flags import (
     add_data_flags,
     add_decoding_flags,
     add_model_flags,
+    add_prefix_flag,
     check_method_inputs,
     decode_config,
 )
@@ -79,6 +80,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 attn_implementation=args.attn_implementation,
                 batch_size=args.batch_size,
                 latency_examples=args.latency_examples,
+                prefix_cache=args.prefix_cache == "on",
             )
         )
         return 0
@@ -102,6 +104,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         args.attn_implementation,
         args.batch_size,
         args.latency_examples,
+        args.prefix_cache == "on",
     )
     state.wait_for_everyone()
     if state.is_main_process:
@@ -158,6 +161,7 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
         default=0,
         help="decode the job's first N examples one at a time: their timings are its seconds per example (0)",
     )
+    add_prefix_flag(dec)
     add_data_flags(dec)
     dec.set_defaults(func=cmd_decode)
 

@@ -118,6 +118,16 @@ def check_method_inputs(config: DecodeConfig, args: argparse.Namespace) -> None:
         raise ConfigError("method 'diversed' needs --head (a folder written by `diversed train-head`)")
 
 
+def add_prefix_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--prefix-cache",
+        choices=("on", "off"),
+        default="on",
+        help="prefill the prompt start every example of the task shares (few-shot block) once per model"
+        " (on, default); off prefills every prompt whole, to measure the gain; outputs do not depend on it",
+    )
+
+
 def add_data_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--data-dir", help="folder of <task>/<split>.jsonl files (default $DIVERSED_DATA_DIR)"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from diversed.cli.flags import add_data_flags, add_model_flags
+from diversed.cli.flags import add_data_flags, add_model_flags, add_prefix_flag
 from diversed.config import ConfigError
 
 
@@ -27,7 +27,10 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         quantize=args.quantize,
         seed=args.seed,
+        rollouts=args.rollouts,
     )
+    if job.rollouts < 1:
+        raise ConfigError(f"rollouts: {job.rollouts} must be >= 1")
     for weight in job.behaviour_weights:
         if not 0.0 <= weight <= 1.0:
             raise ConfigError(f"behaviour_weights: {weight} is not in [0, 1]")
@@ -40,6 +43,7 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
         not args.quiet,
         batch_size=args.batch_size,
         replace_stale=args.replace_stale,
+        prefix_cache=args.prefix_cache == "on",
     )
     print(out)
     return 0
@@ -106,6 +110,12 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
     )
     col.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
     col.add_argument("--seed", type=int, default=42, help="subset and sampling seed (42)")
+    col.add_argument(
+        "--rollouts",
+        type=int,
+        default=1,
+        help="samples of each prompt and behaviour, rolled out together (1)",
+    )
     col.add_argument("--out", required=True, help="trace folder; rerun to resume")
     col.add_argument(
         "--replace-stale",
@@ -116,6 +126,7 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
     col.add_argument(
         "--batch-size", type=int, default=1, help="rollouts sampled together (1); traces do not depend on it"
     )
+    add_prefix_flag(col)
     add_data_flags(col)
     col.set_defaults(func=cmd_collect_traces)
 

@@ -27,6 +27,7 @@ class Example:
     prompt: str
     reference: str
     record: dict[str, Any]
+    prefix: str = ""  # the start of ``prompt`` that every example of the task shares (Task.prefix)
 
 
 def load_records(
@@ -68,6 +69,7 @@ def load_examples(
             f"using those {len(records)} (nothing is padded in from other data)",
             file=sys.stderr,
         )
+    prefix = task.prefix(shots)
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
     chosen = order if n is None else order[:n]
@@ -78,6 +80,7 @@ def load_examples(
             prompt=task.prompt(records[i], shots),
             reference=task.reference(records[i]),
             record=records[i],
+            prefix=prefix,
         )
         for i in chosen
     ]

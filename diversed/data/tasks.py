@@ -44,8 +44,17 @@ class Task:
     def select_shots(self, records: list[Record]) -> list[Record]:
         return []
 
-    def prompt(self, record: Record, shots: list[Record]) -> str:
+    def prefix(self, shots: list[Record]) -> str:
+        """The text every prompt of this task starts with (few-shot block, instruction): the engine
+        prefills its tokens once per job instead of once per example."""
+        return ""
+
+    def query(self, record: Record) -> str:
+        """The part of the prompt that is the example's own."""
         raise NotImplementedError
+
+    def prompt(self, record: Record, shots: list[Record]) -> str:
+        return self.prefix(shots) + self.query(record)
 
     def reference(self, record: Record) -> str:
         raise NotImplementedError
@@ -82,13 +91,15 @@ class GSM8K(Task):
         reasoning, final = answer.split("####")
         return re.sub(r"<<.*?>>", "", reasoning).strip() + f"\n#### {final.strip()}"
 
-    def prompt(self, record: Record, shots: list[Record]) -> str:
-        blocks = [
-            f"Question: {s['question']}\nAnswer: Let's think step by step.\n{self._worked(s['answer'])}"
+    def prefix(self, shots: list[Record]) -> str:
+        worked = "".join(
+            f"Question: {s['question']}\nAnswer: Let's think step by step.\n{self._worked(s['answer'])}\n\n"
             for s in shots
-        ]
-        blocks.append(f"Question: {record['question']}\nAnswer: Let's think step by step.")
-        return "\n\n".join(blocks)
+        )
+        return f"{worked}Question: "
+
+    def query(self, record: Record) -> str:
+        return f"{record['question']}\nAnswer: Let's think step by step."
 
     def reference(self, record: Record) -> str:
         return normalise_number(record["answer"].split("####")[-1])
@@ -129,10 +140,12 @@ class CNNDM(Task):
             raise DataError(f"cnndm/train lacks the one-shot example id {self.SHOT_ID}")
         return found
 
-    def prompt(self, record: Record, shots: list[Record]) -> str:
+    def prefix(self, shots: list[Record]) -> str:
         shot = shots[0]
-        example = f"Article: {shot['article']}\n\nHighlights: {shot['highlights']}"
-        return f"{example}\n\nArticle: {record['article']}\n\nHighlights: "
+        return f"Article: {shot['article']}\n\nHighlights: {shot['highlights']}\n\nArticle: "
+
+    def query(self, record: Record) -> str:
+        return f"{record['article']}\n\nHighlights: "
 
     def reference(self, record: Record) -> str:
         return record["highlights"]
@@ -154,7 +167,7 @@ class XSum(Task):
             raise DataError("xsum/train has fewer than two records for the two-shot prompt")
         return [records[i] for i in self.SHOT_POSITIONS]
 
-    def prompt(self, record: Record, shots: list[Record]) -> str:
+    def prefix(self, shots: list[Record]) -> str:
         intro = (
             "This is a document-summarization task. Summarize the main point of the document in one"
             " sentence of less than 20 words. Below I give two examples of documents and their summaries.\n\n"
@@ -164,7 +177,10 @@ class XSum(Task):
             "Now summarize the main point of the below document in a maximum of 1-2 sentences,"
             " in less than overall 20 words.\n\n"
         )
-        return f"{intro}{examples}{task}Document: {record['document']}\n\nSummary: "
+        return f"{intro}{examples}{task}Document: "
+
+    def query(self, record: Record) -> str:
+        return f"{record['document']}\n\nSummary: "
 
     def reference(self, record: Record) -> str:
         return record["summary"]
@@ -179,9 +195,11 @@ class WMT(Task):
     metric = "bleu"
     stop_strings = ("\n\nEnglish:", "\nEnglish:")
 
-    def prompt(self, record: Record, shots: list[Record]) -> str:
-        english = record["translation"]["en"]
-        return f"Translate the following English sentences to German.\n\nEnglish: {english}\nGerman:"
+    def prefix(self, shots: list[Record]) -> str:
+        return "Translate the following English sentences to German.\n\nEnglish: "
+
+    def query(self, record: Record) -> str:
+        return f"{record['translation']['en']}\nGerman:"
 
     def reference(self, record: Record) -> str:
         return record["translation"]["de"]
@@ -203,12 +221,12 @@ class MBPP(Task):
     def example_id(self, record: Record, index: int) -> str:
         return str(record["task_id"])
 
-    def prompt(self, record: Record, shots: list[Record]) -> str:
+    def prefix(self, shots: list[Record]) -> str:
+        return "Write a Python function to solve the following problem:\n\n"
+
+    def query(self, record: Record) -> str:
         tests = "\n".join(record["test_list"])
-        return (
-            f"Write a Python function to solve the following problem:\n\n{record['text']}\n\n"
-            f"Your solution should pass these tests:\n{tests}\n"
-        )
+        return f"{record['text']}\n\nYour solution should pass these tests:\n{tests}\n"
 
     def reference(self, record: Record) -> str:
         return "\n".join(record["test_list"])
@@ -266,7 +284,7 @@ class HumanEval(Task):
     def example_id(self, record: Record, index: int) -> str:
         return record["task_id"]
 
-    def prompt(self, record: Record, shots: list[Record]) -> str:
+    def query(self, record: Record) -> str:
         return record["prompt"]
 
     def reference(self, record: Record) -> str:

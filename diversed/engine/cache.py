@@ -18,7 +18,9 @@ padding never has an empty softmax (CUDA's SDPA would return NaN there).
 
 Prefill runs each prompt alone, at its own length, and copies the rows' keys and values into the
 shared cache right-aligned: a batched prefill would spend its compute on padding (prompts of a
-dataset differ in length by several times), and per-row prefill is bit-identical to batch 1.
+dataset differ in length by several times), and per-row prefill is bit-identical to batch 1. A
+prompt prefix shared by the job's rows is forwarded once per model and only each row's suffix per
+row (:mod:`diversed.engine.prefix`).
 
 The mask is passed as a 4D additive float mask [B, 1, q, past + q] (0 = attend, dtype minimum =
 not), which transformers hands to the attention unchanged and which eager and SDPA read alike.
@@ -28,8 +30,15 @@ ends (a finished row's prompt padding costs attention work only).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from transformers import DynamicCache, PreTrainedModel
+
+from diversed.engine.compat import forward_with_cache, new_cache
+from diversed.engine.prefix import SharedPrefix, prefill_rows
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class RaggedCache:
@@ -37,7 +46,7 @@ class RaggedCache:
 
     def __init__(self, model: PreTrainedModel, batch: int) -> None:
         self.model = model
-        self.cache = DynamicCache(config=model.config)
+        self.cache = new_cache(model)
         device = model.device
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, columns]
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # valid columns per row
@@ -64,12 +73,12 @@ class RaggedCache:
         dtype = self.model.dtype
         mask = torch.zeros(allowed.shape, dtype=dtype, device=ids.device)
         mask = mask.masked_fill(~allowed, torch.finfo(dtype).min).unsqueeze(1)
-        out = self.model(
+        out = forward_with_cache(
+            self.model,
+            self.cache,
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            cache=self.cache,
-            use_cache=True,
             output_hidden_states=hidden,
             logits_to_keep=logits_to_keep,
         )
@@ -78,27 +87,22 @@ class RaggedCache:
         states = out.hidden_states[-1] if hidden else None
         return out.logits, states
 
-    def prefill(self, prompts: list[list[int]]) -> None:
-        """Fill an empty cache with each row's tokens, right-aligned (left-padded with holes)."""
+    def prefill(self, prompts: list[list[int]], prefix: SharedPrefix | None = None) -> None:
+        """Fill an empty cache with each row's tokens, right-aligned (left-padded with holes); the
+        tokens a row shares with ``prefix`` come from the prefix's KV, computed once per model."""
         width = max(len(p) for p in prompts)
         if width == 0:
             return
         device = self.model.device
-        caches = []
-        for prompt in prompts:
-            cache = DynamicCache(config=self.model.config)
-            if prompt:
-                ids = torch.tensor([prompt], device=device)
-                self.model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
-            caches.append(cache)
-        for index in range(len(caches[0].layers)):
-            shaped = next(c.layers[index].keys for c, p in zip(caches, prompts, strict=True) if p)
-            keys = shaped.new_zeros((len(prompts), shaped.shape[1], width, shaped.shape[-1]))
+        rows = prefill_rows(self.model, prompts, prefix)
+        shaped = next(kv for kv in rows if kv is not None)
+        for index, (first_keys, _) in enumerate(shaped):
+            keys = first_keys.new_zeros((len(prompts), first_keys.shape[1], width, first_keys.shape[-1]))
             values = torch.zeros_like(keys)
-            for row, (cache, prompt) in enumerate(zip(caches, prompts, strict=True)):
-                if prompt:
-                    keys[row, :, width - len(prompt) :] = cache.layers[index].keys[0]
-                    values[row, :, width - len(prompt) :] = cache.layers[index].values[0]
+            for row, (kv, prompt) in enumerate(zip(rows, prompts, strict=True)):
+                if kv is not None:
+                    keys[row, :, width - len(prompt) :] = kv[index][0][0]
+                    values[row, :, width - len(prompt) :] = kv[index][1][0]
             self.cache.update(keys, values, index)
         lengths = torch.tensor([len(p) for p in prompts], device=device)
         self.valid = torch.arange(width, device=device) >= (width - lengths).unsqueeze(1)

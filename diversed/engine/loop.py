@@ -48,6 +48,7 @@ import torch
 
 from diversed.config import DecodeConfig
 from diversed.engine.cache import RaggedCache
+from diversed.engine.prefix import SharedPrefix
 from diversed.engine.rules import Block, make_rule, total_variation, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.engine.schedules import DraftSchedule, make_schedule
@@ -115,6 +116,9 @@ TRACE_FIELDS = ("h_draft", "h_target", "p_y", "q_y", "tv", "mu")
 class Decoder:
     """Generates with a target model and, for speculative methods, a draft model.
 
+    With a ``prefix`` (the token ids a job's prompts start with), both models compute its KV once,
+    at the first batch, and every row starts from it (see :mod:`diversed.engine.prefix`).
+
     The decoder owns the draft-length schedule, so a ``heuristic`` schedule carries its draft
     length from one ``generate`` call to the next, as in Hugging Face. Within one batched call
     every row starts from that state; afterwards the decoder keeps the state of the batch's last
@@ -131,6 +135,7 @@ class Decoder:
         stop_strings: Iterable[str] = (),
         decode_text: Callable[[list[int]], str] | None = None,
         traces: bool = False,
+        prefix: SharedPrefix | None = None,
     ) -> None:
         if traces and not config.method.speculative:
             raise ValueError("trace mode needs a speculative method (the verification target is sampled)")
@@ -151,6 +156,7 @@ class Decoder:
             raise ValueError("stop strings need a decode_text function (a tokenizer)")
         self.decode_text = decode_text
         self.traces = traces
+        self.prefix = prefix
         self._hidden = self.rule.needs_hidden_states or traces
         device = target.device
         self._eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
@@ -188,10 +194,10 @@ class Decoder:
         start = time.perf_counter()
         heads = [list(p[:-1]) for p in prompts]
         target_cache = RaggedCache(self.target, count)
-        target_cache.prefill(heads)
+        target_cache.prefill(heads, self.prefix)
         draft_cache = RaggedCache(self.draft, count) if speculative else None
         if draft_cache is not None:
-            draft_cache.prefill(heads)
+            draft_cache.prefill(heads, self.prefix)
         prefill_seconds = time.perf_counter() - start
         last = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
         pending = torch.stack([torch.full_like(last, self._pad), last], dim=1)  # the draft's pending columns
@@ -286,6 +292,7 @@ class Decoder:
         results = []
         for row in done:
             row.stats.prefill_seconds = prefill_seconds
+            row.stats.prefix_tokens = self.prefix.common_length(heads[row.index]) if self.prefix else 0
             row.stats.new_tokens = len(row.generated)
             trace = None
             if self.traces:  # cut like the tokens (an end token or stop string inside a block)

@@ -27,6 +27,7 @@ class GenerationStats:
     draft_seconds: float = 0.0  # inside decode: time in draft forwards
     target_seconds: float = 0.0  # inside decode: time in target (verification) forwards
     batch_size: int = 1  # prompts decoded together; times are the batch's wall times
+    prefix_tokens: int = 0  # prompt tokens taken from a shared prefix's KV instead of prefilled anew
 
     def record_block(self, num_drafted: int, num_accepted: int) -> None:
         self.blocks += 1
@@ -70,6 +71,7 @@ class GenerationStats:
             "draft_seconds": self.draft_seconds,
             "target_seconds": self.target_seconds,
             "batch_size": self.batch_size,
+            "prefix_tokens": self.prefix_tokens,
             "seconds": self.seconds,
             "tokens_per_second": self.tokens_per_second,
         }
@@ -94,6 +96,7 @@ class GenerationStats:
             out.decode_seconds += s.decode_seconds
             out.draft_seconds += s.draft_seconds
             out.target_seconds += s.target_seconds
+            out.prefix_tokens += s.prefix_tokens
             out.batch_size = max(out.batch_size, s.batch_size)
             for k, count in enumerate(s.accepted_histogram):
                 if len(out.accepted_histogram) <= k:

@@ -1,0 +1,147 @@
+"""A shared prompt prefix prefilled once per job against every prompt prefilled whole, side by side.
+
+Each case runs the same `diversed` command twice, `--prefix-cache on` and `off`, one after the
+other, as the workflow runs its jobs (a fresh process each, models mapped from the packed store),
+and reads the records they write: prefill seconds (each batch's prefill counted once), the
+seconds the batches took (decoding and prefill, not model loading), examples (or rollouts) per
+minute, and whether both wrote the same tokens. Cases (the embedded pair, `--dtype auto`):
+
+* ``gsm8k``: `decode`, sd, T = 1, batch 4, the paper's 4-shot prompt, 128 new tokens;
+* ``cnndm``: the same on CNN/DM's 1-shot prompt (the 10 test records of the local copy);
+* ``traces``: `collect-traces` on GSM8K train prompts, 8 rollouts of each prompt in one batch;
+* ``gsm8k-fp32``: the GSM8K job in fp32, where both runs must write identical tokens.
+
+    python benchmarks/prefix_cache.py --out benchmarks/results/prefix-cache.json
+
+A finished case is kept in ``--out`` and skipped on a rerun, so a killed run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from diversed.bench import provenance
+from diversed.engine.cpu import choose_dtype
+
+TARGET, DRAFT = "embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b"
+CASES: dict[str, list[str]] = {
+    "gsm8k": ["decode", "--dataset", "gsm8k", "--n-examples", "20", "--dtype", "auto"],
+    "cnndm": ["decode", "--dataset", "cnndm", "--n-examples", "10", "--dtype", "auto"],
+    "traces": [
+        *("collect-traces", "--dataset", "gsm8k", "--n-examples", "4", "--rollouts", "8"),
+        *("--behaviour-weights", "0.5", "--batch-size", "8", "--dtype", "auto"),
+    ],
+    "gsm8k-fp32": ["decode", "--dataset", "gsm8k", "--n-examples", "12", "--dtype", "float32"],
+}
+DECODE = ["--method", "sd", "--temperature", "1", "--batch-size", "4", "--num-assistant-tokens", "4"]
+
+
+def command(case: str, mode: str, out: Path) -> list[str]:
+    argv = [sys.executable, "-m", "diversed.cli", *CASES[case], "--target", TARGET, "--draft", DRAFT]
+    argv += ["--max-new-tokens", "128", "--prefix-cache", mode, "--quiet", "--out", str(out)]
+    return argv + (DECODE if CASES[case][0] == "decode" else [])
+
+
+def records(case: str, out: Path) -> list[dict[str, Any]]:
+    """What a run wrote: decode lines, or each trace sequence's JSON (its stats and tokens)."""
+    if CASES[case][0] == "decode":
+        return [json.loads(line) for line in out.read_text().splitlines()]
+    manifest = json.loads((out / "manifest.json").read_text())
+    return [json.loads((out / f"{s['file']}.json").read_text()) for s in manifest["sequences"]]
+
+
+def figures(case: str, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
+    """Prefill and batch seconds, once per batch (rows of a batch carry the batch's times)."""
+    batches: dict[Any, dict[str, float]] = {}
+    for row in rows:
+        stats = row["stats"]
+        key = row["batch"]["id"] if "batch" in row else (stats["prefill_seconds"], stats["decode_seconds"])
+        batches[key] = {"prefill": stats["prefill_seconds"], "seconds": stats["seconds"]}
+    prefill = sum(b["prefill"] for b in batches.values())
+    seconds = sum(b["seconds"] for b in batches.values())
+    return {
+        "items": len(rows),
+        "batches": len(batches),
+        "prefill_seconds": prefill,
+        "decode_seconds": seconds - prefill,
+        "batch_seconds": seconds,
+        "prefill_seconds_per_item": prefill / len(rows),
+        "items_per_minute": 60 * len(rows) / seconds,
+        "new_tokens": sum(row["stats"]["new_tokens"] for row in rows),
+        "prefix_tokens": max(row["stats"].get("prefix_tokens", 0) for row in rows),
+        "process_wall_seconds": wall,
+    }
+
+
+def run_case(case: str, work: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    outputs = {}
+    for mode in ("on", "off"):
+        out = work / f"{case}-{mode}" if CASES[case][0] != "decode" else work / f"{case}-{mode}.jsonl"
+        argv = command(case, mode, out)
+        start = time.perf_counter()
+        subprocess.run(argv, check=True)
+        rows = records(case, out)
+        result[mode] = {"command": " ".join(argv[1:]), **figures(case, rows, time.perf_counter() - start)}
+        outputs[mode] = [(row.get("id"), row.get("token_ids", row.get("completion"))) for row in rows]
+        print(case, mode, json.dumps(result[mode]), flush=True)
+    same = sum(a == b for a, b in zip(outputs["on"], outputs["off"], strict=True))
+    result["identical_outputs"] = f"{same}/{len(outputs['on'])}"
+    result["prefill_ratio"] = (
+        result["off"]["prefill_seconds_per_item"] / result["on"]["prefill_seconds_per_item"]
+    )
+    result["throughput_ratio"] = result["on"]["items_per_minute"] / result["off"]["items_per_minute"]
+    return result
+
+
+def prefix_memory(tokens: int, dtype_bytes: int) -> dict[str, float]:
+    """MiB the prefix's KV holds per model: layers x (K and V) x KV heads x head dim x tokens."""
+    from transformers import AutoConfig
+
+    from diversed.models import resolve
+
+    memory = {}
+    for name in (TARGET, DRAFT):
+        config = AutoConfig.from_pretrained(resolve(name))
+        head_dim = config.hidden_size // config.num_attention_heads
+        per_token = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim * dtype_bytes
+        memory[name] = per_token * tokens / 2**20
+    return memory
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="JSON record to write (and resume from)")
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--work", default="runs/prefix-cache", help="folder for the runs' outputs")
+    args = parser.parse_args()
+    out, work = Path(args.out), Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    record = json.loads(out.read_text()) if out.exists() else {"cases": {}}
+    record.update(provenance())
+    record["auto_dtype"] = choose_dtype("auto", "cpu")[0]
+    for case in args.cases:
+        if case in record["cases"]:
+            continue
+        record["cases"][case] = run_case(case, work)
+        on = record["cases"][case]["on"]
+        dtype_bytes = 4 if "fp32" in case or record["auto_dtype"] == "float32" else 2
+        record["cases"][case]["prefix_kv_mib"] = prefix_memory(on["prefix_tokens"], dtype_bytes)
+        out.write_text(json.dumps(record, indent=1) + "\n")
+    for case, result in record["cases"].items():
+        print(
+            f"{case}: prefill s/item {result['off']['prefill_seconds_per_item']:.2f} -> "
+            f"{result['on']['prefill_seconds_per_item']:.2f} ({result['prefill_ratio']:.1f}x fewer), "
+            f"items/min {result['off']['items_per_minute']:.2f} -> {result['on']['items_per_minute']:.2f} "
+            f"({result['throughput_ratio']:.2f}x), identical {result['identical_outputs']}"
+        )
+
+
+if __name__ == "__main__":
+    main()
