@@ -1,7 +1,9 @@
 """The decoding engine: batched autoregressive and speculative decoding on stock transformers.
 
 Read in this order: :mod:`~diversed.engine.loop` (the block loop and its invariants),
-:mod:`~diversed.engine.cache` (the shared KV cache with holes), :mod:`~diversed.engine.rules`
+:mod:`~diversed.engine.state` (what a batch carries between steps), :mod:`~diversed.engine.cache`
+(the shared KV cache with holes), :mod:`~diversed.engine.prefix` (a prompt prefix prefilled once
+per job), :mod:`~diversed.engine.compat` (transformers' cache API), :mod:`~diversed.engine.rules`
 (verification rules on [B, L, V]), :mod:`~diversed.engine.sampling` (distributions and per-row
 randomness), :mod:`~diversed.engine.schedules` (draft lengths), :mod:`~diversed.engine.stats`
 (counters and timings), :mod:`~diversed.engine.cpu` (CPU linear kernels) and
@@ -9,7 +11,8 @@ randomness), :mod:`~diversed.engine.schedules` (draft lengths), :mod:`~diversed.
 the CLI, the workflow or MLflow.
 """
 
-from diversed.engine.loop import Decoder, EnsembleHead, Generation
+from diversed.engine.loop import Decoder
+from diversed.engine.state import EnsembleHead, Generation
 from diversed.engine.stats import GenerationStats
 
 __all__ = ["Decoder", "EnsembleHead", "Generation", "GenerationStats"]

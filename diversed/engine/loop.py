@@ -1,5 +1,9 @@
 """The decoding loop: autoregressive and speculative, for a batch of prompts, on stock transformers.
 
+``Decoder.generate_batch`` reads as its steps: ``_prefill`` both caches, then per block ``_draft``,
+``_verify``, ``_accept`` (caches and the next feed, one host transfer), ``_record`` (each row's
+tokens and counters, on the host) and ``_retire`` (rows that ended leave the batch).
+
 One speculative block (Leviathan et al. 2023, Alg. 1), for every row of the batch at once:
 
 1. the draft proposes up to L tokens per row, each drawn from its processed distribution q,
@@ -41,7 +45,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -49,68 +52,24 @@ import torch
 from diversed.config import DecodeConfig
 from diversed.engine.cache import RaggedCache
 from diversed.engine.prefix import SharedPrefix
-from diversed.engine.rules import Block, make_rule, total_variation, verify
+from diversed.engine.rules import Block, make_rule, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
-from diversed.engine.schedules import DraftSchedule, make_schedule
+from diversed.engine.schedules import make_schedule
+from diversed.engine.state import (
+    TRACE_FIELDS,
+    Batch,
+    Draft,
+    EnsembleHead,
+    Generation,
+    Row,
+    Verified,
+    trace_fields,
+)
 from diversed.engine.stats import GenerationStats
 from diversed.methods import Method
 
 if TYPE_CHECKING:  # importing transformers' modeling code costs seconds; loading a model pays it
     from transformers import PreTrainedModel
-
-# A head maps the draft's and the target's last-layer hidden states of the drafted positions,
-# [..., d_draft] and [..., d_target], to target weights w in [0, 1] of shape [...].
-EnsembleHead = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class Generation:
-    """The generated token ids (prompt excluded), why generation ended, and its statistics."""
-
-    token_ids: list[int]
-    finish_reason: str  # "eos", "stop" or "length"
-    stats: GenerationStats
-    trace: dict[str, torch.Tensor] | None = None  # trace mode: per-token fields, see TRACE_FIELDS
-
-
-@dataclass
-class _Row:
-    """Host-side state of one prompt of the batch."""
-
-    index: int  # position in the caller's list
-    budget: int
-    schedule: DraftSchedule
-    stats: GenerationStats
-    generated: list[int]
-    finish: str = "length"
-    trace: list[dict[str, torch.Tensor]] = field(default_factory=list)
-
-
-@dataclass
-class _Draft:
-    """One block's drafts, on the device."""
-
-    tokens: torch.Tensor  # [B, L]
-    num_drafted: torch.Tensor  # [B]
-    q: torch.Tensor  # [B, L, V]
-    q_logits: torch.Tensor  # [B, L, V]
-    hidden: torch.Tensor | None  # [B, L, d]
-    step_seconds: list[float]
-
-
-@dataclass
-class _Verified:
-    """One block's verification, on the device unless said."""
-
-    accepted: torch.Tensor  # [B] drafts kept
-    extra: torch.Tensor  # [B] correction or bonus token
-    q_drafted: torch.Tensor  # [B, L] q of each drafted token (float64)
-    seconds: float  # of the target forward
-    trace: dict[str, torch.Tensor] | None  # trace mode: TRACE_FIELDS at each position, [B, L, ...]
-
-
-# Per emitted token y: both last-layer hidden states at its position, p(y), q(y), TV(p, q), v(y).
-TRACE_FIELDS = ("h_draft", "h_target", "p_y", "q_y", "tv", "mu")
 
 
 class Decoder:
@@ -182,123 +141,149 @@ class Decoder:
         count = len(prompts)
         budgets = self._per_row(max_new_tokens, self.config.max_new_tokens, count, "max_new_tokens")
         seeds = self._per_row(seeds, self.config.seed, count, "seeds")
-        device = self.target.device
+        batch = self._prefill(prompts, budgets, seeds)
+        done: list[Row] = []
+        start = time.perf_counter()
+        while batch.rows:
+            drafts = self._draft(batch)
+            checked = self._verify(batch, drafts)
+            host = self._accept(batch, drafts, checked)
+            finished = self._record(batch, host, drafts, checked, time.perf_counter() - start)
+            done += self._retire(batch, finished)
+        done.sort(key=lambda r: r.index)
+        self.schedule = done[-1].schedule
+        return [self._result(row, batch.prefill_seconds) for row in done]
+
+    def _prefill(self, prompts: Sequence[list[int]], budgets: list[int], seeds: list[int]) -> Batch:
+        """Both caches hold every prompt token but the last, which the first block feeds."""
+        count, device = len(prompts), self.target.device
         rows = []
         for index, budget in enumerate(budgets):
             schedule = copy.deepcopy(self.schedule)
             schedule.begin()
-            rows.append(_Row(index, budget, schedule, GenerationStats(batch_size=count), []))
-        rng = RowRandom(list(seeds), device)
-        speculative = self.config.method.speculative
-
+            heads = list(prompts[index][:-1])
+            prefix = self.prefix.common_length(heads) if self.prefix else 0
+            stats = GenerationStats(batch_size=count, prefix_tokens=prefix)
+            rows.append(Row(index, budget, schedule, stats, []))
         start = time.perf_counter()
         heads = [list(p[:-1]) for p in prompts]
         target_cache = RaggedCache(self.target, count)
         target_cache.prefill(heads, self.prefix)
-        draft_cache = RaggedCache(self.draft, count) if speculative else None
-        if draft_cache is not None:
+        draft_cache = None
+        if self.config.method.speculative:
+            draft_cache = RaggedCache(self.draft, count)
             draft_cache.prefill(heads, self.prefix)
-        prefill_seconds = time.perf_counter() - start
         last = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
-        pending = torch.stack([torch.full_like(last, self._pad), last], dim=1)  # the draft's pending columns
-        pending_valid = torch.tensor([[False, True]] * count, device=device)
+        return Batch(
+            rows=rows,
+            rng=RowRandom(list(seeds), device),
+            target_cache=target_cache,
+            draft_cache=draft_cache,
+            last=last,
+            pending=torch.stack([torch.full_like(last, self._pad), last], dim=1),
+            pending_valid=torch.tensor([[False, True]] * count, device=device),
+            prefill_seconds=time.perf_counter() - start,
+        )
 
-        done: list[_Row] = []
-        start = time.perf_counter()
-        while rows:
-            limits = [
-                min(r.schedule.max_tokens(), r.budget - len(r.generated) - (0 if self.traces else 1))
-                if speculative
-                else 0
-                for r in rows
-            ]
-            drafts = None
-            if max(limits) > 0:
-                drafts = self._draft(draft_cache, pending, pending_valid, limits, rows, rng)
-            width = 0 if drafts is None else drafts.tokens.shape[1]
-            checked = self._verify(target_cache, last, drafts, rng)
-            accepted, extra = checked.accepted, checked.extra
-            if drafts is None:
-                tokens = torch.zeros(len(rows), 0, dtype=torch.long, device=device)
-                num_drafted = torch.zeros_like(accepted)
-            else:
-                tokens, num_drafted = drafts.tokens, drafts.num_drafted
-            full = (accepted == num_drafted) & (num_drafted > 0)
-            # trace mode emits no bonus token: a row that kept every draft ends on its last draft
-            on_draft = full if self.traces else torch.zeros_like(full)
+    def _accept(self, batch: Batch, drafts: Draft | None, checked: Verified) -> list[list[float]]:
+        """Turn rejected columns into holes in both caches, set each row's next feed, and bring the
+        block to the host in its one transfer: counts, extra tokens, drafted tokens and their q."""
+        device = batch.last.device
+        accepted, extra = checked.accepted, checked.extra
+        if drafts is None:
+            tokens = torch.zeros(len(batch.rows), 0, dtype=torch.long, device=device)
+            num_drafted = torch.zeros_like(accepted)
+        else:
+            tokens, num_drafted = drafts.tokens, drafts.num_drafted
+        width = tokens.shape[1]
+        full = (accepted == num_drafted) & (num_drafted > 0)
+        # trace mode emits no bonus token: a row that kept every draft ends on its last draft
+        on_draft = full if self.traces else torch.zeros_like(full)
+        host = torch.cat(
+            [
+                torch.stack([accepted, extra, num_drafted, on_draft.long()], dim=1).double(),
+                tokens.double(),
+                checked.q_drafted,
+            ],
+            dim=1,
+        ).tolist()
+        target = batch.target_cache
+        in_target = accepted - on_draft.long()  # kept drafts now in the target's cache
+        target.keep_new(width + 1, torch.arange(width + 1, device=device) <= in_target.unsqueeze(1))
+        kept = max(int(h[0]) - int(h[3]) for h in host)
+        target.crop_trailing(target.columns - width - 1 + kept)
+        if drafts is None:
+            batch.last = extra
+            return host
+        draft = batch.draft_cache
+        columns = torch.arange(width + 1, device=device) - 1  # [pending0, pending1, x_1..x_{L-1}]
+        draft.keep_new(width + 1, (columns <= accepted.unsqueeze(1)) | (columns < 1))
+        kept = 2 + max(min(int(h[0]), width - 1) for h in host)
+        draft.crop_trailing(draft.columns - width - 1 + kept - 1)
+        lag = tokens.gather(1, (num_drafted - 1).clamp_min(0).unsqueeze(1)).squeeze(1)  # last draft
+        batch.last = torch.where(on_draft, lag, extra)
+        lagging = full & ~on_draft  # the last draft was never fed to the draft model
+        batch.pending = torch.stack([torch.where(lagging, lag, self._pad), batch.last], dim=1)
+        batch.pending_valid = torch.stack([lagging, torch.ones_like(full)], dim=1)
+        return host
 
-            # The one host transfer of the block: counts, extra tokens, drafted tokens and their q.
-            host = torch.cat(
-                [
-                    torch.stack([accepted, extra, num_drafted, on_draft.long()], dim=1).double(),
-                    tokens.double(),
-                    checked.q_drafted,
-                ],
-                dim=1,
-            ).tolist()
-            in_target = accepted - on_draft.long()  # kept drafts now in the target's cache
-            target_cache.keep_new(width + 1, torch.arange(width + 1, device=device) <= in_target.unsqueeze(1))
-            kept = max(int(h[0]) - int(h[3]) for h in host)
-            target_cache.crop_trailing(target_cache.columns - width - 1 + kept)
+    def _record(
+        self,
+        batch: Batch,
+        host: list[list[float]],
+        drafts: Draft | None,
+        checked: Verified,
+        elapsed: float,
+    ) -> list[int]:
+        """Per row, on the host: counters, schedule, emitted tokens, trace; the rows that ended."""
+        width = 0 if drafts is None else drafts.tokens.shape[1]
+        trace = None if checked.trace is None else {k: v.cpu() for k, v in checked.trace.items()}
+        finished = []
+        for b, (row, values) in enumerate(zip(batch.rows, host, strict=True)):
+            n, token, drafted, ends_on_draft = (int(v) for v in values[:4])
+            tokens = [int(t) for t in values[4 : 4 + drafted]]
+            row.schedule.observe(values[4 + width : 4 + width + drafted], n)
+            row.stats.record_block(drafted, n)
+            row.stats.target_forwards += 1
+            row.stats.draft_forwards += drafted
             if drafts is not None:
-                columns = torch.arange(width + 1, device=device) - 1  # [pending0, pending1, x_1..x_{L-1}]
-                draft_cache.keep_new(width + 1, (columns <= accepted.unsqueeze(1)) | (columns < 1))
-                kept = 2 + max(min(int(h[0]), width - 1) for h in host)
-                draft_cache.crop_trailing(draft_cache.columns - width - 1 + kept - 1)
-                lag = tokens.gather(1, (num_drafted - 1).clamp_min(0).unsqueeze(1)).squeeze(1)  # last draft
-                last = torch.where(on_draft, lag, extra)
-                lagging = full & ~on_draft  # the last draft was never fed to the draft model
-                pending = torch.stack([torch.where(lagging, lag, self._pad), last], dim=1)
-                pending_valid = torch.stack([lagging, torch.ones_like(full)], dim=1)
-            else:
-                last = extra
-            trace = None if checked.trace is None else {k: v.cpu() for k, v in checked.trace.items()}
+                row.stats.draft_seconds += sum(drafts.step_seconds[:drafted])
+            row.stats.target_seconds += checked.seconds
+            new = tokens[:n] + ([] if ends_on_draft else [token])
+            if trace is not None:
+                row.trace.append({k: v[b, : len(new)] for k, v in trace.items()})
+            row.generated.extend(new)
+            row.finish = self._finished(row.generated, len(row.generated) - len(new), row.budget)
+            if row.finish:
+                row.stats.decode_seconds = elapsed
+                finished.append(b)
+        return finished
 
-            elapsed = time.perf_counter() - start
-            finished = []
-            for b, (row, values) in enumerate(zip(rows, host, strict=True)):
-                n, token, drafted, ends_on_draft = (int(v) for v in values[:4])
-                tokens = [int(t) for t in values[4 : 4 + drafted]]
-                probs = values[4 + width : 4 + width + drafted]
-                row.schedule.observe(probs, n)
-                row.stats.record_block(drafted, n)
-                row.stats.target_forwards += 1
-                row.stats.draft_forwards += drafted
-                if drafts is not None:
-                    row.stats.draft_seconds += sum(drafts.step_seconds[:drafted])
-                row.stats.target_seconds += checked.seconds
-                new = tokens[:n] + ([] if ends_on_draft else [token])
-                if trace is not None:
-                    row.trace.append({k: v[b, : len(new)] for k, v in trace.items()})
-                row.generated.extend(new)
-                row.finish = self._finished(row.generated, len(row.generated) - len(new), row.budget)
-                if row.finish:
-                    row.stats.decode_seconds = elapsed
-                    finished.append(b)
-            if finished:
-                keep = [b for b in range(len(rows)) if b not in finished]
-                done.extend(rows[b] for b in finished)
-                rows = [rows[b] for b in keep]
-                if rows:
-                    index = torch.tensor(keep, device=device)
-                    target_cache.select(index)
-                    if draft_cache is not None:
-                        draft_cache.select(index)
-                    rng.select(index)
-                    last, pending, pending_valid = last[index], pending[index], pending_valid[index]
+    @staticmethod
+    def _retire(batch: Batch, finished: list[int]) -> list[Row]:
+        """Drop the rows that ended from the batch, both caches and the random streams."""
+        if not finished:
+            return []
+        keep = [b for b in range(len(batch.rows)) if b not in finished]
+        retired = [batch.rows[b] for b in finished]
+        batch.rows = [batch.rows[b] for b in keep]
+        if batch.rows:
+            index = torch.tensor(keep, device=batch.last.device)
+            for cache in (batch.target_cache, batch.draft_cache):
+                if cache is not None:
+                    cache.select(index)
+            batch.rng.select(index)
+            batch.last, batch.pending = batch.last[index], batch.pending[index]
+            batch.pending_valid = batch.pending_valid[index]
+        return retired
 
-        done.sort(key=lambda r: r.index)
-        self.schedule = done[-1].schedule
-        results = []
-        for row in done:
-            row.stats.prefill_seconds = prefill_seconds
-            row.stats.prefix_tokens = self.prefix.common_length(heads[row.index]) if self.prefix else 0
-            row.stats.new_tokens = len(row.generated)
-            trace = None
-            if self.traces:  # cut like the tokens (an end token or stop string inside a block)
-                trace = {k: torch.cat([t[k] for t in row.trace])[: len(row.generated)] for k in TRACE_FIELDS}
-            results.append(Generation(row.generated, row.finish, row.stats, trace))
-        return results
+    def _result(self, row: Row, prefill_seconds: float) -> Generation:
+        row.stats.prefill_seconds = prefill_seconds
+        row.stats.new_tokens = len(row.generated)
+        trace = None
+        if self.traces:  # cut like the tokens (an end token or stop string inside a block)
+            trace = {k: torch.cat([t[k] for t in row.trace])[: len(row.generated)] for k in TRACE_FIELDS}
+        return Generation(row.generated, row.finish, row.stats, trace)
 
     @staticmethod
     def _per_row(value: int | Sequence[int] | None, default: int, count: int, name: str) -> list[int]:
@@ -310,17 +295,19 @@ class Decoder:
             raise ValueError(f"{name} has {len(value)} entries for {count} prompts")
         return list(value)
 
-    def _draft(
-        self,
-        cache: RaggedCache,
-        pending: torch.Tensor,
-        pending_valid: torch.Tensor,
-        limits: list[int],
-        rows: list[_Row],
-        rng: RowRandom,
-    ) -> _Draft:
-        """Draw up to ``limits[b]`` draft tokens per row, with the q rows they were drawn from."""
-        device = pending.device
+    def _draft(self, batch: Batch) -> Draft | None:
+        """Draw up to each row's limit of draft tokens (its schedule's, within its budget), with the
+        q rows they were drawn from; None when no row may draft (``auto``, or budgets spent)."""
+        rows, rng, cache = batch.rows, batch.rng, batch.draft_cache
+        limits = [
+            min(r.schedule.max_tokens(), r.budget - len(r.generated) - (0 if self.traces else 1))
+            if cache is not None
+            else 0
+            for r in rows
+        ]
+        if max(limits) <= 0:
+            return None
+        device = batch.pending.device
         limit = torch.tensor(limits, device=device)
         thresholds = [r.schedule.call_threshold for r in rows]
         threshold = torch.tensor(thresholds, device=device)
@@ -329,7 +316,7 @@ class Decoder:
         stopped = torch.zeros(len(rows), dtype=torch.bool, device=device)
         tokens, q_rows, logit_rows, hidden_rows, seconds = [], [], [], [], []
         drafted = torch.zeros(len(rows), dtype=torch.long, device=device)
-        feed, feed_valid = pending, pending_valid
+        feed, feed_valid = batch.pending, batch.pending_valid
         for step in range(max(limits)):
             active = (step < limit) & ~stopped
             feed_valid = feed_valid & active.unsqueeze(1)
@@ -350,7 +337,7 @@ class Decoder:
             feed, feed_valid = token.unsqueeze(1), torch.ones_like(active).unsqueeze(1)
             if confidence_stop and bool(stopped.all()):
                 break
-        return _Draft(
+        return Draft(
             tokens=torch.stack(tokens, dim=1),
             num_drafted=drafted,
             q=torch.stack(q_rows, dim=1),
@@ -359,10 +346,9 @@ class Decoder:
             step_seconds=seconds,
         )
 
-    def _verify(
-        self, cache: RaggedCache, last: torch.Tensor, drafts: _Draft | None, rng: RowRandom
-    ) -> _Verified:
+    def _verify(self, batch: Batch, drafts: Draft | None) -> Verified:
         """One target forward over the last token and the drafts, and the rule's verdict."""
+        cache, last, rng = batch.target_cache, batch.last, batch.rng
         device = last.device
         first = torch.ones(last.shape[0], 1, dtype=torch.bool, device=device)  # the last token: real
         if drafts is None:
@@ -382,39 +368,15 @@ class Decoder:
             tokens = torch.zeros(last.shape[0], 0, dtype=torch.long, device=device)
             block = Block(tokens, torch.zeros_like(last), p, p[:, :0], logits, logits[:, :0])
             accepted, extra, _ = verify(self.rule, block, self.sampling, rng)
-            return _Verified(accepted, extra, tokens.double(), seconds, None)
+            return Verified(accepted, extra, tokens.double(), seconds, None)
         weights = None
         if self.rule.needs_hidden_states:
             weights = self.head(drafts.hidden, h_target[:, :width]).float()
         block = Block(drafts.tokens, drafts.num_drafted, p, drafts.q, logits, drafts.q_logits, weights)
         accepted, extra, v = verify(self.rule, block, self.sampling, rng)
         q_drafted = drafts.q.gather(2, drafts.tokens.unsqueeze(2)).squeeze(2).double()
-        trace = self._trace(block, v, accepted, extra, drafts.hidden, h_target) if self.traces else None
-        return _Verified(accepted, extra, q_drafted, seconds, trace)
-
-    def _trace(
-        self,
-        block: Block,
-        v: torch.Tensor,
-        accepted: torch.Tensor,
-        extra: torch.Tensor,
-        h_draft: torch.Tensor,
-        h_target: torch.Tensor,
-    ) -> dict[str, torch.Tensor]:
-        """TRACE_FIELDS at every drafted position, for the token emitted there: the kept draft
-        before the first rejection, the correction at it (positions after it are never used)."""
-        width = block.tokens.shape[1]
-        p = block.p[:, :width]
-        steps = torch.arange(width, device=accepted.device)
-        emitted = torch.where(steps < accepted.unsqueeze(1), block.tokens, extra.unsqueeze(1)).unsqueeze(2)
-        return {
-            "h_draft": h_draft.half(),
-            "h_target": h_target[:, :width].half(),
-            "p_y": p.gather(2, emitted)[..., 0],
-            "q_y": block.q.gather(2, emitted)[..., 0],
-            "tv": total_variation(p, block.q),
-            "mu": v.gather(2, emitted)[..., 0],
-        }
+        trace = trace_fields(block, v, accepted, extra, drafts.hidden, h_target) if self.traces else None
+        return Verified(accepted, extra, q_drafted, seconds, trace)
 
     def _finished(self, generated: list[int], first_new: int, budget: int) -> str:
         """Cut ``generated`` after an EOS or a stop string among the new tokens; '' if not done."""

@@ -1,0 +1,112 @@
+"""What the decoding loop carries from step to step: the rows of a batch and their device state,
+one block's drafts and verdict, and what a generation returns.
+
+Host-side state (a row's tokens, schedule and counters) lives in :class:`Row`; device-side state
+shared by the batch (both caches, random streams, the next feed) in :class:`Batch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from diversed.engine.cache import RaggedCache
+from diversed.engine.rules import Block, total_variation
+from diversed.engine.sampling import RowRandom
+from diversed.engine.schedules import DraftSchedule
+from diversed.engine.stats import GenerationStats
+
+# A head maps the draft's and the target's last-layer hidden states of the drafted positions,
+# [..., d_draft] and [..., d_target], to target weights w in [0, 1] of shape [...].
+EnsembleHead = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Generation:
+    """The generated token ids (prompt excluded), why generation ended, and its statistics."""
+
+    token_ids: list[int]
+    finish_reason: str  # "eos", "stop" or "length"
+    stats: GenerationStats
+    trace: dict[str, torch.Tensor] | None = None  # trace mode: per-token fields, see TRACE_FIELDS
+
+
+@dataclass
+class Row:
+    """Host-side state of one prompt of the batch."""
+
+    index: int  # position in the caller's list
+    budget: int
+    schedule: DraftSchedule
+    stats: GenerationStats
+    generated: list[int]
+    finish: str = "length"
+    trace: list[dict[str, torch.Tensor]] = field(default_factory=list)
+
+
+@dataclass
+class Draft:
+    """One block's drafts, on the device."""
+
+    tokens: torch.Tensor  # [B, L]
+    num_drafted: torch.Tensor  # [B]
+    q: torch.Tensor  # [B, L, V]
+    q_logits: torch.Tensor  # [B, L, V]
+    hidden: torch.Tensor | None  # [B, L, d]
+    step_seconds: list[float]
+
+
+@dataclass
+class Verified:
+    """One block's verification, on the device unless said."""
+
+    accepted: torch.Tensor  # [B] drafts kept
+    extra: torch.Tensor  # [B] correction or bonus token
+    q_drafted: torch.Tensor  # [B, L] q of each drafted token (float64)
+    seconds: float  # of the target forward
+    trace: dict[str, torch.Tensor] | None  # trace mode: TRACE_FIELDS at each position, [B, L, ...]
+
+
+@dataclass
+class Batch:
+    """The rows still decoding and their device state: both caches, each row's random stream, the
+    token the next verification starts from (``last``) and the draft's pending columns."""
+
+    rows: list[Row]
+    rng: RowRandom
+    target_cache: RaggedCache
+    draft_cache: RaggedCache | None
+    last: torch.Tensor  # [B]
+    pending: torch.Tensor  # [B, 2]
+    pending_valid: torch.Tensor  # [B, 2]
+    prefill_seconds: float
+
+
+# Per emitted token y: both last-layer hidden states at its position, p(y), q(y), TV(p, q), v(y).
+TRACE_FIELDS = ("h_draft", "h_target", "p_y", "q_y", "tv", "mu")
+
+
+def trace_fields(
+    block: Block,
+    v: torch.Tensor,
+    accepted: torch.Tensor,
+    extra: torch.Tensor,
+    h_draft: torch.Tensor,
+    h_target: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """TRACE_FIELDS at every drafted position, for the token emitted there: the kept draft
+    before the first rejection, the correction at it (positions after it are never used)."""
+    width = block.tokens.shape[1]
+    p = block.p[:, :width]
+    steps = torch.arange(width, device=accepted.device)
+    emitted = torch.where(steps < accepted.unsqueeze(1), block.tokens, extra.unsqueeze(1)).unsqueeze(2)
+    return {
+        "h_draft": h_draft.half(),
+        "h_target": h_target[:, :width].half(),
+        "p_y": p.gather(2, emitted)[..., 0],
+        "q_y": block.q.gather(2, emitted)[..., 0],
+        "tv": total_variation(p, block.q),
+        "mu": v.gather(2, emitted)[..., 0],
+    }
