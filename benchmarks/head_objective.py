@@ -23,14 +23,9 @@ from pathlib import Path
 import torch
 
 from diversed.traces import load_traces
-from diversed.train import (
-    TrainConfig,
-    head_weights,
-    split_by_prompt,
-    train_head,
-    validation_figures,
-    weight_summary,
-)
+from diversed.training.objective import TrainConfig, head_weights
+from diversed.training.selection import split_by_prompt, validation_figures
+from diversed.training.trainer import train_head, weight_summary
 
 OBJECTIVES = {
     "old: fixed lambda, batch baseline": {"reg_scale": "fixed", "baseline": "batch"},

@@ -15,18 +15,9 @@ from diversed.data.tasks import CNNDM
 from diversed.head import EnsembleHead, HeadError, load_head, save_head
 from diversed.tiny import write_tiny_pair
 from diversed.traces import TraceJob, Trajectory, read_manifest
-from diversed.train import (
-    TrainConfig,
-    choose,
-    head_weights,
-    lower_bound,
-    prompt_gains,
-    resolve_baseline,
-    select_head,
-    split_by_prompt,
-    train_head,
-    validation_figures,
-)
+from diversed.training.objective import TrainConfig, head_weights, resolve_baseline
+from diversed.training.selection import choose, lower_bound, prompt_gains, split_by_prompt, validation_figures
+from diversed.training.trainer import select_head, train_head
 
 
 @pytest.mark.parametrize("hidden", [0, 16])

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import matplotlib
 
-from diversed.report import _pareto_panel, _reference_band, static_sweep
+from diversed.plots import _pareto_panel, _reference_band
+from diversed.report import static_sweep
 
 matplotlib.use("Agg")
 

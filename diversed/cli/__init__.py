@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from diversed.cli import decoding, head, results, tools
+from diversed.cli import decoding, results, tools, training
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,8 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_report(sub)
     tools.add_doctor(sub)
     tools.add_stage_times(sub)
-    head.add_collect_traces(sub)
-    head.add_train_head(sub)
+    training.add_collect_traces(sub)
+    training.add_train_head(sub)
     decoding.add_bench(sub)
     return parser
 

@@ -19,7 +19,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from diversed.report import load_scores, write_plots, write_tables
+    from diversed.plots import write_plots
+    from diversed.report import load_scores, write_tables
 
     rows = load_scores(args.scores)
     for path in write_tables(rows, args.tables) + write_plots(rows, args.plots):

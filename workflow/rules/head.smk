@@ -22,7 +22,7 @@ rule train_head:
         tolerance=HEAD["select_tolerance"],
         confidence=HEAD["select_confidence"],
         seed=HEAD["seed"],
-        src=src_hash("head.py", "train.py", "traces.py"),
+        src=src_hash("head.py", "training", "traces.py"),
     resources:
         gpu=GPU,
     log:

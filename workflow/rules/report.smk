@@ -18,7 +18,7 @@ rule tables_and_plots:
             "results/plots/speedup_vs_draft_length.png", caption="../report/speedup.rst", category="Plots"
         ),
     params:
-        src=src_hash("report.py", "bootstrap.py"),
+        src=src_hash("report.py", "plots.py", "bootstrap.py"),
     log:
         "results/logs/report.log",
     shell:

@@ -6,7 +6,6 @@ import argparse
 import json
 
 from diversed.cli.flags import add_data_flags, add_model_flags, add_prefix_flag
-from diversed.config import ConfigError
 
 
 def cmd_collect_traces(args: argparse.Namespace) -> int:
@@ -29,11 +28,6 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
         seed=args.seed,
         rollouts=args.rollouts,
     )
-    if job.rollouts < 1:
-        raise ConfigError(f"rollouts: {job.rollouts} must be >= 1")
-    for weight in job.behaviour_weights:
-        if not 0.0 <= weight <= 1.0:
-            raise ConfigError(f"behaviour_weights: {weight} is not in [0, 1]")
     out = collect_traces(
         job,
         args.out,
@@ -50,15 +44,8 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
 
 
 def cmd_train_head(args: argparse.Namespace) -> int:
-    from diversed.train import TrainConfig, plot_weight_histogram, train_from_traces
+    from diversed.training import TrainConfig, plot_weight_histogram, train_from_traces
 
-    for lam in args.reg_lambda:
-        if lam <= 0:
-            raise ConfigError(f"reg_lambda: {lam} must be > 0 (it rewards accepted drafts)")
-    if not 0 <= args.validation_share < 1:
-        raise ConfigError(f"validation_share: {args.validation_share} is not in [0, 1)")
-    if not 0.5 < args.confidence < 1:
-        raise ConfigError(f"confidence: {args.confidence} is not in (0.5, 1)")
     cfg = TrainConfig(
         epochs=args.epochs,
         batch_size=args.batch_size,

@@ -1,0 +1,12 @@
+"""Training the ensemble head on stored traces (no LM runs here).
+
+``objective``: the loss (policy gradient on the mixture, acceptance term, baselines); ``selection``:
+off-policy scores and the rule that picks a checkpoint; ``trainer``: the loop over lambdas and
+epochs, and the head's card; ``plots``: the weight histogram.
+"""
+
+from diversed.training.objective import TrainConfig
+from diversed.training.plots import plot_weight_histogram
+from diversed.training.trainer import train_from_traces
+
+__all__ = ["TrainConfig", "plot_weight_histogram", "train_from_traces"]
