@@ -1,6 +1,6 @@
 """The workflow's method grid: config entries -> named, validated decoding settings -> CLI flags.
 
-A grid entry is a partial decoding setting (keys of ``schemas/decoding.schema.yaml``) whose values
+A grid entry is a partial decoding setting (knobs of :class:`~diversed.config.DecodeConfig`) whose values
 may be lists, which are swept; every entry is crossed with the configured draft lengths and
 temperatures, unless it names its own ``temperature`` (a value or a list), which then replaces them.
 An entry may also name its own ``n_examples`` (a workflow key, not a decoding one: it is neither in
@@ -12,9 +12,10 @@ accepts, and gets a stable, readable name used in file names and tables.
 from __future__ import annotations
 
 import itertools
+from dataclasses import fields
 from typing import Any
 
-from diversed.config import DecodeConfig, decoding_schema
+from diversed.config import ConfigError, DecodeConfig, knob_flags
 from diversed.methods import Method
 
 # Short names for the keys that vary between settings (file names stay readable).
@@ -31,7 +32,6 @@ ABBREVIATIONS = {
     "top_k": "topk",
     "top_p": "topp",
 }
-FLAG_OF = {"schedule": "--assistant-schedule", "confidence_threshold": "--assistant-confidence-threshold"}
 # Grid-entry keys that belong to the workflow, not to the decoding setting.
 WORKFLOW_KEYS = ("n_examples",)
 
@@ -53,31 +53,39 @@ def expand(
 ) -> dict[str, dict[str, Any]]:
     """name -> setting (plain values, validated) for every grid point."""
     settings: dict[str, dict[str, Any]] = {}
-    for entry in entries:
-        own_keys = {k: entry[k] for k in WORKFLOW_KEYS if k in entry}
-        sweeps = {k: v if isinstance(v, list) else [v] for k, v in entry.items() if k not in own_keys}
-        for combo in itertools.product(*sweeps.values()):
-            point = dict(zip(sweeps, combo, strict=True))
-            method = DecodeConfig.from_dict({"method": point["method"]}).method
-            lengths = [None] if method is Method.AUTO else draft_lengths
-            own = [point["temperature"]] if "temperature" in point else temperatures
-            for k, temperature in itertools.product(lengths, own):
-                values = {**point, "temperature": float(temperature)}
-                if k is not None:
-                    values["num_assistant_tokens"] = k
-                values["method"] = method.value
-                DecodeConfig.from_dict({**common, **values})  # raises ConfigError naming the key
-                settings[_name(values)] = {**values, **own_keys}
+    for number, entry in enumerate(entries):
+        try:
+            settings.update(_expand_entry(entry, draft_lengths, temperatures, common))
+        except ConfigError as err:
+            raise ConfigError(f"decode.grid[{number}] {entry}: {err}") from None
+    return settings
+
+
+def _expand_entry(
+    entry: dict[str, Any], draft_lengths: list[int], temperatures: list[float], common: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    settings: dict[str, dict[str, Any]] = {}
+    own_keys = {k: entry[k] for k in WORKFLOW_KEYS if k in entry}
+    sweeps = {k: v if isinstance(v, list) else [v] for k, v in entry.items() if k not in own_keys}
+    for combo in itertools.product(*sweeps.values()):
+        point = dict(zip(sweeps, combo, strict=True))
+        method = DecodeConfig.from_dict({"method": point["method"]}).method
+        lengths = [None] if method is Method.AUTO else draft_lengths
+        own = [point["temperature"]] if "temperature" in point else temperatures
+        for k, temperature in itertools.product(lengths, own):
+            values = {**point, "temperature": float(temperature)}
+            if k is not None:
+                values["num_assistant_tokens"] = k
+            values["method"] = method.value
+            DecodeConfig.from_dict({**common, **values})  # raises ConfigError naming the key
+            settings[_name(values)] = {**values, **own_keys}
     return settings
 
 
 def cli_flags(values: dict[str, Any]) -> str:
     """The ``diversed decode`` flags of a setting, in the schema's key order (so the same setting
     written in another key order gives the same command, and Snakemake sees no change)."""
-    order = list(decoding_schema()["properties"])
-    flags = []
-    for key in sorted((k for k in values if k not in WORKFLOW_KEYS), key=order.index):
-        value = values[key]
-        flag = FLAG_OF.get(key, "--" + key.replace("_", "-"))
-        flags.append(f"{flag} {value}")
-    return " ".join(flags)
+    flag_of = {item.name: knob_flags(item)[0] for item in fields(DecodeConfig)}
+    order = list(flag_of)
+    keys = sorted((k for k in values if k not in WORKFLOW_KEYS), key=order.index)
+    return " ".join(f"{flag_of[key]} {values[key]}" for key in keys)
