@@ -29,10 +29,14 @@ from typing import Any
 
 from tqdm import tqdm
 
-from diversed.config import DecodeConfig, differing_keys
+from diversed.config import DecodeConfig, check_range, differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
-from diversed.engine.loop import Decoder
 from diversed.engine.stats import GenerationStats
+from diversed.files import read_resumable
+
+# How every decode record's line begins (``id`` is its first key): a torn last line that begins
+# otherwise is not ours, and the file is refused rather than cut.
+RECORD_START = b'{"id": '
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,9 @@ class DecodeJob:
     dtype: str = "float32"
     head: str | None = None
     quantize: str = "none"
+
+    def __post_init__(self) -> None:
+        check_range("n_examples", self.n_examples, minimum=1)
 
     def settings(self) -> dict[str, Any]:
         # quantize is named only when used: records decoded before it existed stay resumable
@@ -71,27 +78,24 @@ class DecodeJob:
 
 
 def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
-    """Records already in ``path``; drop a torn last line; refuse records of other settings."""
+    """Records already in ``path``; drop a torn last record; refuse records of other settings and
+    files that are not decode JSONL (naming the file and line, and changing nothing)."""
     if not path.exists():
         return {}
+    records, keep_bytes = read_resumable(path, RECORD_START)
     finished: dict[str, dict[str, Any]] = {}
-    keep_bytes = 0
-    with path.open("rb") as handle:
-        for raw in handle:
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError:
-                break  # a line torn by a kill: everything from here is redone
-            if not raw.endswith(b"\n"):
-                break
-            if record.get("settings_hash") != job.settings_hash():
-                diff = differing_keys(record.get("settings", {}), job.settings())
-                raise DataError(
-                    f"{path} holds records made with different arguments (differing: {', '.join(diff)});"
-                    " use another --out or delete the file"
-                )
-            finished[record["id"]] = record
-            keep_bytes += len(raw)
+    for number, record in enumerate(records, 1):
+        if "settings_hash" not in record or "id" not in record:
+            raise DataError(
+                f"{path}:{number} is not a record written by `diversed decode`; give another --out"
+            )
+        if record["settings_hash"] != job.settings_hash():
+            diff = differing_keys(record.get("settings", {}), job.settings())
+            raise DataError(
+                f"{path} holds records made with different arguments (differing: {', '.join(diff)});"
+                " use another --out or delete the file"
+            )
+        finished[record["id"]] = record
     if keep_bytes != path.stat().st_size:
         with path.open("r+b") as handle:
             handle.truncate(keep_bytes)
@@ -140,10 +144,10 @@ def run_decode(
     whole job; like the batch size it changes no output (fp32), only the time, and each record
     says whether it was on.
     """
-    if batch_size < 1:
-        raise DataError(f"batch_size must be >= 1, got {batch_size}")
-    from diversed.head import load_head_for
-    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids, shared_prefix
+    check_range("batch_size", batch_size, minimum=1)
+    check_range("latency_examples", latency_examples, minimum=0)
+    from diversed.models import prompt_ids, shared_prefix
+    from diversed.stack import load_stack
 
     rank, world = shard
     path = Path(out) if world == 1 else shard_path(out, rank, world)
@@ -153,17 +157,9 @@ def run_decode(
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in finished and i % world == rank]
     if not todo:
         return path
-    tokenizer = load_tokenizer(job.target)
     draft_name = job.draft if job.config.method.speculative else None
-    target, draft = load_pair(
-        job.target,
-        draft_name,
-        job.dtype,
-        device,
-        attn_implementation=attn_implementation,
-        quantize=job.quantize,
-    )
-    head = load_head_for(job.head, target, draft) if job.head else None
+    stack = load_stack(job.target, draft_name, job.dtype, device, job.quantize, attn_implementation, job.head)
+    tokenizer = stack.tokenizer
     # one line even under --quiet: workflow logs record how long loading took and what it cost
     print(f"{job.dataset} {job.config.method.value}: {_readiness()}", file=sys.stderr)
     task = get_task(job.dataset)
@@ -173,16 +169,7 @@ def run_decode(
         prefix = shared_prefix(tokenizer, todo[0][1].prefix, job.chat, prompts.values())
     if prefix is not None:
         print(f"{job.dataset}: {len(prefix)} shared prompt tokens, prefilled once per model", file=sys.stderr)
-    decoder = Decoder(
-        target,
-        draft,
-        job.config,
-        head=head,
-        eos_token_ids=eos_ids(tokenizer, target),
-        stop_strings=task.stop_strings,
-        decode_text=tokenizer.decode,
-        prefix=prefix,
-    )
+    decoder = stack.decoder(job.config, task.stop_strings, prefix=prefix)
     settings, digest = job.settings(), job.settings_hash()
     done_stats = [GenerationStats()]
     batch_seconds = 0.0

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
+
+from diversed.files import read_json, read_tensors
 
 WEIGHTS = "head.safetensors"
 CARD = "head.json"
@@ -65,7 +67,7 @@ def load_head(directory: str | Path, d_draft: int | None = None, d_target: int |
     path = Path(directory)
     if not (path / CARD).exists() or not (path / WEIGHTS).exists():
         raise HeadError(f"no ensemble head at {path} (expected {CARD} and {WEIGHTS})")
-    card = json.loads((path / CARD).read_text())
+    card = read_json(path / CARD)
     expected = (card["d_draft"], card["d_target"])
     if d_draft is not None and d_target is not None and (d_draft, d_target) != expected:
         raise HeadError(
@@ -73,7 +75,10 @@ def load_head(directory: str | Path, d_draft: int | None = None, d_target: int |
             f" but the models have draft {d_draft} + target {d_target}"
         )
     head = EnsembleHead(card["d_draft"], card["d_target"], card.get("hidden", 0))
-    head.load_state_dict(load_file(str(path / WEIGHTS)))
+    try:
+        head.load_state_dict(read_tensors(path / WEIGHTS))
+    except RuntimeError as err:  # names or shapes that are not this head's
+        raise HeadError(f"{path / WEIGHTS} does not hold the head its card describes: {err}") from None
     return head.eval()
 
 
@@ -83,4 +88,4 @@ def load_head_for(directory: str | Path, target: nn.Module, draft: nn.Module) ->
 
 
 def read_card(directory: str | Path) -> dict[str, Any]:
-    return json.loads((Path(directory) / CARD).read_text())
+    return read_json(Path(directory) / CARD)

@@ -105,6 +105,7 @@ def load_pair(
         return target, None
     draft = load_model(draft_name, dtype, device, attn_implementation, onednn, quantize)
     check_pair(target, draft, target_name, draft_name)
+    check_tokenizers(target_name, draft_name)
     return target, draft
 
 
@@ -119,6 +120,28 @@ def check_pair(target: PreTrainedModel, draft: PreTrainedModel, target_name: str
     if t != d:
         raise ModelError(
             f"target and draft vocabularies differ: {target_name} has {t} tokens, {draft_name} has {d}"
+        )
+
+
+def check_tokenizers(target_name: str, draft_name: str) -> None:
+    """Equal vocabulary sizes are not enough: a token id must name the same string in both models.
+
+    Identical ``tokenizer.json`` files (the usual case: one family) settle it without loading
+    anything; otherwise both vocabularies are loaded and compared entry by entry.
+    """
+    files = [Path(resolve(name)) / "tokenizer.json" for name in (target_name, draft_name)]
+    if all(f.exists() for f in files) and files[0].read_bytes() == files[1].read_bytes():
+        return
+    target, draft = (load_tokenizer(name).get_vocab() for name in (target_name, draft_name))
+    differing = sorted(
+        (token for token in set(target) | set(draft) if target.get(token) != draft.get(token)),
+        key=lambda token: (target.get(token, len(target)), token),
+    )
+    if differing:
+        token = differing[0]
+        raise ModelError(
+            f"target and draft tokenizers differ in {len(differing)} tokens, e.g. {token!r} is id"
+            f" {target.get(token)} in {target_name} and id {draft.get(token)} in {draft_name}"
         )
 
 

@@ -10,15 +10,20 @@ from typing import Any
 from diversed import bootstrap
 from diversed.data import DataError, get_task, load_records
 from diversed.engine.stats import GenerationStats
+from diversed.files import read_jsonl
 from diversed.metrics import QUALITY, accuracy, bleu, pass_at_1, rouge, rouge2_per_example
 from diversed.sandbox import run_program
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
+def read_records(path: str | Path, dataset: str | None = None) -> list[dict[str, Any]]:
+    """A decode file's records; a bad line is named, and records of another dataset are refused."""
+    records = read_jsonl(path)
     if not records:
         raise DataError(f"{path} holds no decoded examples")
+    if dataset is not None:
+        for number, record in enumerate(records, 1):
+            if record.get("dataset", dataset) != dataset:
+                raise DataError(f"{path}:{number} is a {record['dataset']} record, not {dataset}")
     return records
 
 
@@ -147,7 +152,7 @@ def score_file(
     allow_hub: bool = True,
     strict_sandbox: bool = False,
 ) -> dict[str, Any]:
-    records = read_records(path)
+    records = read_records(path, dataset)
     metrics, outcomes = quality(dataset, records, data_dir, allow_hub, strict_sandbox)
     examples = per_example(dataset, records, outcomes)
     result = {

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 from tqdm import tqdm
 
-from diversed.config import DecodeConfig, differing_keys
+from diversed.config import DecodeConfig, check_range, differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
-from diversed.engine.loop import Decoder
-from diversed.engine.prefix import SharedPrefix
+from diversed.files import read_json, read_tensors
 from diversed.head import WEIGHTS
 from diversed.metrics import rouge2_per_example
 
@@ -53,6 +53,15 @@ class TraceJob:
     quantize: str = "none"
     seed: int = 42
     rollouts: int = 1  # samples of each (prompt, behaviour): a group whose rewards can be compared
+
+    def __post_init__(self) -> None:
+        check_range("n_examples", self.n_examples, minimum=1)
+        check_range("max_new_tokens", self.max_new_tokens, minimum=1)
+        check_range("temperature", self.temperature, minimum=0)
+        check_range("draft_length", self.draft_length, minimum=1)
+        check_range("rollouts", self.rollouts, minimum=1)
+        for weight in self.behaviour_weights:
+            check_range("behaviour_weights", weight, minimum=0, maximum=1)
 
     def settings(self) -> dict[str, Any]:
         """The job's fields, and a previous head's content hash: a head is named by its folder, but
@@ -95,10 +104,8 @@ def sequence_id(example_id: str, behaviour: str, rollout: int, rollouts: int) ->
     return f"{example_id}@{behaviour}" + (f"#{rollout}" if rollouts > 1 else "")
 
 
-def behaviour_decoder(
-    target, draft, job: TraceJob, weight: float | None, head, stop_ids, prefix: SharedPrefix | None = None
-) -> Decoder:
-    """Speculative decoding against v = mu, the behaviour mixture, in trace mode.
+def behaviour_config(job: TraceJob, weight: float | None) -> DecodeConfig:
+    """Speculative decoding against v = mu, the behaviour mixture, run in trace mode.
 
     ``static`` with weight w verifies against mu = w p + (1 - w) q exactly (a fixed behaviour
     weight); ``diversed`` with a previous head against its per-token mixture (the next round).
@@ -112,8 +119,7 @@ def behaviour_decoder(
     }
     if weight is not None:
         values["target_weight"] = weight
-    config = DecodeConfig.from_dict(values)
-    return Decoder(target, draft, config, head=head, eos_token_ids=stop_ids, traces=True, prefix=prefix)
+    return DecodeConfig.from_dict(values)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -130,7 +136,7 @@ def read_manifest(out: Path, job: TraceJob, replace_stale: bool = False) -> dict
     fresh = {"settings": settings, "settings_hash": settings_hash(settings), "sequences": []}
     if not path.exists():
         return fresh
-    manifest = json.loads(path.read_text())
+    manifest = read_json(path)
     if manifest["settings_hash"] != fresh["settings_hash"]:
         diff = ", ".join(differing_keys(manifest["settings"], settings))
         if not replace_stale:
@@ -143,6 +149,20 @@ def read_manifest(out: Path, job: TraceJob, replace_stale: bool = False) -> dict
             stale.unlink()
         return fresh
     return manifest
+
+
+def check_sequences(out: Path, manifest: dict[str, Any]) -> None:
+    """Every sequence the manifest lists is on disk and readable: a collection that resumes over a
+    damaged trace file names it instead of calling the folder done."""
+    for sequence in manifest["sequences"]:
+        path = out / f"{sequence['file']}.safetensors"
+        try:
+            safe_open(str(path), "pt")  # reads the header: a cut or garbled file fails here
+        except (OSError, SafetensorError) as err:
+            raise DataError(
+                f"{path}: trace listed in {out / 'manifest.json'} is unreadable ({err}); delete the folder"
+                " and collect again"
+            ) from None
 
 
 def collect_traces(
@@ -163,12 +183,15 @@ def collect_traces(
     are consecutive, so a batch holds few distinct prompts: the engine prefills each once, and
     the task's shared prompt start once per model for the whole collection (``prefix_cache``).
     """
-    from diversed.head import load_head_for
-    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids, shared_prefix
+    from diversed.models import prompt_ids, shared_prefix
+    from diversed.stack import load_stack
+
+    check_range("batch_size", batch_size, minimum=1)
 
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(out_dir, job, replace_stale)
+    check_sequences(out_dir, manifest)
     done = {s["id"] for s in manifest["sequences"]}
     examples = load_examples(job.dataset, job.split, job.n_examples, job.seed, data_dir, allow_hub)
     behaviours: list[tuple[str, float | None]] = (
@@ -183,10 +206,8 @@ def collect_traces(
     ]
     if not todo:
         return out_dir
-    tokenizer = load_tokenizer(job.target)
-    target, draft = load_pair(job.target, job.draft, job.dtype, device, quantize=job.quantize)
-    head = load_head_for(job.head, target, draft) if job.head else None
-    stop_ids = eos_ids(tokenizer, target)
+    stack = load_stack(job.target, job.draft, job.dtype, device, job.quantize, head=job.head)
+    tokenizer = stack.tokenizer
     task = get_task(job.dataset)
     prompts = {e.id: prompt_ids(tokenizer, e.prompt, job.chat) for e in examples}
     prefix = None
@@ -194,7 +215,7 @@ def collect_traces(
         prefix = shared_prefix(tokenizer, examples[0].prefix, job.chat, prompts.values())
     bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not progress)
     for name, weight in behaviours:
-        decoder = behaviour_decoder(target, draft, job, weight, head, stop_ids, prefix)
+        decoder = stack.decoder(behaviour_config(job, weight), traces=True, prefix=prefix)
         mine = [item for item in todo if item[1] == name]
         for first in range(0, len(mine), batch_size):
             batch = mine[first : first + batch_size]
@@ -243,9 +264,9 @@ def load_traces(directory: str | Path) -> tuple[list[Trajectory], dict[str, Any]
     path = Path(directory)
     if not (path / "manifest.json").exists():
         raise DataError(f"no traces at {path} (expected manifest.json; run `diversed collect-traces`)")
-    manifest = json.loads((path / "manifest.json").read_text())
+    manifest = read_json(path / "manifest.json")
     trajectories = [
-        Trajectory(s["id"], float(s["reward"]), load_file(str(path / f"{s['file']}.safetensors")))
+        Trajectory(s["id"], float(s["reward"]), read_tensors(path / f"{s['file']}.safetensors"))
         for s in manifest["sequences"]
         if s["tokens"] > 0
     ]
@@ -257,7 +278,7 @@ def load_traces(directory: str | Path) -> tuple[list[Trajectory], dict[str, Any]
 def collection_figures(directory: str | Path) -> dict[str, float]:
     """What a trace folder holds, for its MLflow run: sequences, tokens, mean reward and the share
     of sequences with a non-zero reward (pass/fail tasks need enough of those to train on)."""
-    sequences = json.loads((Path(directory) / "manifest.json").read_text())["sequences"]
+    sequences = read_json(Path(directory) / "manifest.json")["sequences"]
     rewards = [s["reward"] for s in sequences]
     return {
         "sequences": len(sequences),

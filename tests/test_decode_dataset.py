@@ -160,7 +160,8 @@ def test_killed_batched_decode_resumes_without_duplicates(model_dirs, tmp_path):
     out = tmp_path / "he.jsonl"
     assert main(decode_argv(model_dirs, out, 5, "--batch-size", "2")) == 0
     full = lines(out)
-    out.write_text("".join(json.dumps(r) + "\n" for r in full[:3]) + '{"torn')  # a kill mid-batch
+    torn = json.dumps(full[3])[:40]  # a kill while the batch's second line was being written
+    out.write_text("".join(json.dumps(r) + "\n" for r in full[:3]) + torn)
     assert main(decode_argv(model_dirs, out, 5, "--batch-size", "2")) == 0
     again = lines(out)
     assert [r["id"] for r in again] == [r["id"] for r in full]

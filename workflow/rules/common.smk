@@ -5,12 +5,11 @@ import json
 import warnings
 from pathlib import Path
 
-from snakemake.utils import validate
-
 from diversed.data import resolve
 from diversed.grid import cli_flags, expand
+from diversed.workflow_config import validate_config
 
-validate(config, "../schemas/config.schema.yaml")
+validate_config(config, Path(workflow.current_basedir).parent / "schemas" / "config.schema.yaml")
 
 MODELS = config["models"]
 DATA = config["data"]
