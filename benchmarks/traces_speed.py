@@ -24,9 +24,10 @@ from diversed.config import DTYPES
 from diversed.data import load_examples
 from diversed.engine.cache import RaggedCache
 from diversed.engine.cpu import choose_dtype
+from diversed.engine.loop import Decoder
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.models import eos_ids, load_pair, load_tokenizer
-from diversed.traces import TraceJob, behaviour_decoder
+from diversed.traces import TraceJob, behaviour_config
 
 
 @torch.inference_mode()
@@ -69,7 +70,7 @@ def main() -> None:
     eos = eos_ids(tokenizer, target)
     prompts = [tokenizer(e.prompt).input_ids for e in load_examples(args.dataset, "train", args.prompts)]
     job = TraceJob(args.dataset, max_new_tokens=args.max_new_tokens, draft_length=args.draft_length)
-    decoder = behaviour_decoder(target, draft, job, args.weight, None, eos)
+    decoder = Decoder(target, draft, behaviour_config(job, args.weight), eos_token_ids=eos, traces=True)
     seeds = list(range(len(prompts)))
     result = {}
     start = time.perf_counter()

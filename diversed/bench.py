@@ -21,13 +21,13 @@ bandwidth measured in the same process. No test asserts on time; the JSON record
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import platform
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,28 @@ DEFAULT_PROMPTS = [
 Runner = Callable[[list[list[int]]], list[list[int]]]
 
 
+@dataclass(frozen=True)
+class BenchSpec:
+    """What `diversed bench` compares: the pair (None: a tiny one built in code), the prompts, the
+    batch sizes and repeats, and where the record goes."""
+
+    out: str
+    target: str | None = None
+    draft: str | None = None
+    dtype: str = "auto"
+    quantize: str = "none"
+    prompts: tuple[str, ...] = ()
+    dataset: str | None = None
+    n_prompts: int = 8
+    data_dir: str | None = None
+    batch_sizes: tuple[int, ...] = (1, 4)
+    max_new_tokens: int = 64
+    num_assistant_tokens: int = 5
+    repeats: int = 3
+    threads: int | None = None
+    onednn: bool = True
+
+
 def _tiny_bench_pair():
     """A target several times costlier per token than its 1-layer draft (greedy agreement ~0.74)."""
     from diversed.tiny import tiny_pair, tiny_tokenizer
@@ -64,32 +86,30 @@ def _tiny_bench_pair():
     return target, draft, tokenizer, "tiny-llama-8L-512 (built in code)", "its first layer"
 
 
-def _load_pair(args: argparse.Namespace):
+def _load_pair(spec: BenchSpec):
     from diversed.models import load_pair, load_tokenizer
 
-    target, draft = load_pair(
-        args.target, args.draft, args.dtype, onednn=not args.no_onednn, quantize=args.quantize
-    )
-    return target, draft, load_tokenizer(args.target), args.target, args.draft
+    target, draft = load_pair(spec.target, spec.draft, spec.dtype, onednn=spec.onednn, quantize=spec.quantize)
+    return target, draft, load_tokenizer(spec.target), spec.target, spec.draft
 
 
-def _stock_pair(args: argparse.Namespace, target, draft):
+def _stock_pair(spec: BenchSpec, target, draft):
     """The pair as a user of transformers loads it: same weights and dtype, torch's own linears."""
-    if not args.target:
+    if not spec.target:
         return copy.deepcopy(target), copy.deepcopy(draft)  # taken before our linears are installed
     from diversed.models import load_pair
 
-    return load_pair(args.target, args.draft, args.dtype, onednn=False)
+    return load_pair(spec.target, spec.draft, spec.dtype, onednn=False)
 
 
-def _prompts(args: argparse.Namespace, tokenizer) -> tuple[list[list[int]], str]:
-    if args.prompts:
-        return [tokenizer(p).input_ids for p in args.prompts], "--prompts"
-    if args.dataset:
+def _prompts(spec: BenchSpec, tokenizer) -> tuple[list[list[int]], str]:
+    if spec.prompts:
+        return [tokenizer(p).input_ids for p in spec.prompts], "--prompts"
+    if spec.dataset:
         from diversed.data import load_examples
 
-        examples = load_examples(args.dataset, "test", args.n_prompts, directory=args.data_dir)
-        return [tokenizer(e.prompt).input_ids for e in examples], f"{args.dataset} test, seeded subset"
+        examples = load_examples(spec.dataset, "test", spec.n_prompts, directory=spec.data_dir)
+        return [tokenizer(e.prompt).input_ids for e in examples], f"{spec.dataset} test, seeded subset"
     return [tokenizer(p).input_ids for p in DEFAULT_PROMPTS], "built-in"
 
 
@@ -182,8 +202,8 @@ def _cut_at_eos(tokens: list[int], eos: int | None) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos is not None and eos in tokens else tokens
 
 
-def _systems(target, draft, stock, tokenizer, args: argparse.Namespace) -> dict[str, Runner]:
-    k, budget = args.num_assistant_tokens, args.max_new_tokens
+def _systems(target, draft, stock, tokenizer, spec: BenchSpec) -> dict[str, Runner]:
+    k, budget = spec.num_assistant_tokens, spec.max_new_tokens
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     eos_ids = [eos] if eos is not None else []
@@ -225,30 +245,30 @@ def _first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def run_bench(args: argparse.Namespace) -> dict[str, Any]:
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if args.target and not args.draft:
+def run_bench(spec: BenchSpec) -> dict[str, Any]:
+    if spec.threads:
+        torch.set_num_threads(spec.threads)
+    if spec.target and not spec.draft:
         raise ValueError("--target needs --draft")
     target, draft, tokenizer, target_name, draft_name = (
-        _load_pair(args) if args.target else _tiny_bench_pair()
+        _load_pair(spec) if spec.target else _tiny_bench_pair()
     )
-    stock = _stock_pair(args, target, draft)
-    if not args.target:
+    stock = _stock_pair(spec, target, draft)
+    if not spec.target:
         from diversed.models import use_cpu_linears
 
         for model in (target, draft):
-            use_cpu_linears(model, "cpu", not args.no_onednn, args.quantize)
-    prompts, prompt_source = _prompts(args, tokenizer)
-    if max(args.batch_sizes) > len(prompts):
-        raise ValueError(f"batch size {max(args.batch_sizes)} is larger than the {len(prompts)} prompts")
-    systems = _systems(target, draft, stock, tokenizer, args)
-    plan = [(name, b) for b in args.batch_sizes for name in systems if name not in BATCH_ONE_ONLY or b == 1]
+            use_cpu_linears(model, "cpu", spec.onednn, spec.quantize)
+    prompts, prompt_source = _prompts(spec, tokenizer)
+    if max(spec.batch_sizes) > len(prompts):
+        raise ValueError(f"batch size {max(spec.batch_sizes)} is larger than the {len(prompts)} prompts")
+    systems = _systems(target, draft, stock, tokenizer, spec)
+    plan = [(name, b) for b in spec.batch_sizes for name in systems if name not in BATCH_ONE_ONLY or b == 1]
     outputs: dict[str, list[list[int]]] = {}
     rates: dict[str, list[float]] = {f"{name}@{b}": [] for name, b in plan}
-    partial = Path(args.out).with_suffix(".partial.json")
+    partial = Path(spec.out).with_suffix(".partial.json")
     partial.parent.mkdir(parents=True, exist_ok=True)
-    for repeat in range(1, args.repeats + 1):  # the first repeat's outputs are the ones compared
+    for repeat in range(1, spec.repeats + 1):  # the first repeat's outputs are the ones compared
         for name, b in plan:
             start = time.perf_counter()
             produced = []
@@ -256,7 +276,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
                 produced.extend(systems[name](prompts[i : i + b]))
             rates[f"{name}@{b}"].append(sum(len(t) for t in produced) / (time.perf_counter() - start))
             outputs.setdefault(f"{name}@{b}", produced)
-        print(f"repeat {repeat}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rates.items()))
+        print(f"repeat {repeat}/{spec.repeats}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rates.items()))
         partial.write_text(json.dumps({"tok_s_all_repeats": rates}, indent=1) + "\n")
     partial.unlink()
 
@@ -270,13 +290,13 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         }
     tok_s = {key: statistics.median(r) for key, r in rates.items()}
 
-    k = args.num_assistant_tokens
+    k = spec.num_assistant_tokens
     sd_stats = GenerationStats.total(
         Decoder(
             target,
             draft,
             DecodeConfig.from_dict(
-                {"method": "sd", "num_assistant_tokens": k, "max_new_tokens": args.max_new_tokens}
+                {"method": "sd", "num_assistant_tokens": k, "max_new_tokens": spec.max_new_tokens}
             ),
             eos_token_ids=[tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [],
         )
@@ -291,7 +311,7 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     verify_cost = step_seconds(target, probe, k + 1) / t1
     bandwidth = read_bandwidth()
     target_bytes = weight_bytes(target)
-    best_b = max(args.batch_sizes, key=lambda b: tok_s[f"ours_sd@{b}"])
+    best_b = max(spec.batch_sizes, key=lambda b: tok_s[f"ours_sd@{b}"])
     result = {
         "tok_s": tok_s,
         "tok_s_all_repeats": rates,
@@ -318,24 +338,24 @@ def run_bench(args: argparse.Namespace) -> dict[str, Any]:
         "read_bandwidth_bytes_per_second": bandwidth,
         "share_of_bandwidth": target_bytes / t1 / bandwidth,
         "k": k,
-        "max_new_tokens": args.max_new_tokens,
-        "batch_sizes": args.batch_sizes,
+        "max_new_tokens": spec.max_new_tokens,
+        "batch_sizes": list(spec.batch_sizes),
         "prompts": len(prompts),
         "prompt_source": prompt_source,
         "new_tokens": {key: sum(len(t) for t in rows) for key, rows in outputs.items()},
-        "repeats": args.repeats,
+        "repeats": spec.repeats,
         "target": target_name,
         "draft": draft_name,
         "dtype": str(target.dtype).removeprefix("torch."),
         "threads": torch.get_num_threads(),
-        "onednn_linear": not args.no_onednn and args.quantize == "none",
-        "quantize": args.quantize,
+        "onednn_linear": spec.onednn and spec.quantize == "none",
+        "quantize": spec.quantize,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "machine": platform.processor() or platform.machine(),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    Path(spec.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(spec.out).write_text(json.dumps(result, indent=2) + "\n")
     print(format_table(result))
     return result
 

@@ -20,24 +20,21 @@ from diversed.methods import Method
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from diversed.engine.loop import Decoder
-    from diversed.head import load_head_for
-    from diversed.models import eos_ids, load_pair, load_tokenizer, prompt_ids
+    from diversed.models import prompt_ids
+    from diversed.stack import load_stack
 
     config = decode_config(args)
     check_method_inputs(config, args)
-    tokenizer = load_tokenizer(args.target)
-    draft_name = args.draft if config.method.speculative else None
-    target, draft = load_pair(
+    stack = load_stack(
         args.target,
-        draft_name,
+        args.draft if config.method.speculative else None,
         args.dtype,
         args.device,
-        attn_implementation=args.attn_implementation,
-        quantize=args.quantize,
+        args.quantize,
+        args.attn_implementation,
+        args.head if config.method is Method.DIVERSED else None,
     )
-    head = load_head_for(args.head, target, draft) if config.method is Method.DIVERSED else None
-    decoder = Decoder(target, draft, config, head=head, eos_token_ids=eos_ids(tokenizer, target))
+    tokenizer, decoder = stack.tokenizer, stack.decoder(config)
     prompts = [prompt_ids(tokenizer, prompt, args.chat) for prompt in args.prompt]
     for result in decoder.generate_batch(prompts):  # one batch; every row seeded with --seed
         text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
@@ -113,9 +110,26 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from diversed.bench import run_bench
+    from diversed.bench import BenchSpec, run_bench
 
-    run_bench(args)
+    spec = BenchSpec(
+        out=args.out,
+        target=args.target,
+        draft=args.draft,
+        dtype=args.dtype,
+        quantize=args.quantize,
+        prompts=tuple(args.prompts or ()),
+        dataset=args.dataset,
+        n_prompts=args.n_prompts,
+        data_dir=args.data_dir,
+        batch_sizes=tuple(args.batch_sizes),
+        max_new_tokens=args.max_new_tokens,
+        num_assistant_tokens=args.num_assistant_tokens,
+        repeats=args.repeats,
+        threads=args.threads,
+        onednn=not args.no_onednn,
+    )
+    run_bench(spec)
     return 0
 
 

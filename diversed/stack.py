@@ -1,0 +1,70 @@
+"""The decoding stack, loaded in one place: tokenizer, target and draft, ensemble head, end tokens.
+
+``generate``, dataset decoding and trace collection all need the same sequence (the target's
+tokenizer, the pair checked to share one vocabulary, a head checked against both models' hidden
+sizes, the end-of-sequence ids of tokenizer and generation config), and then a
+:class:`~diversed.engine.loop.Decoder` per setting over it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from diversed.config import DecodeConfig
+from diversed.engine.loop import Decoder
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from diversed.head import EnsembleHead
+
+
+@dataclass
+class Stack:
+    """What a decode job holds for its whole life."""
+
+    tokenizer: PreTrainedTokenizerBase
+    target: PreTrainedModel
+    draft: PreTrainedModel | None
+    head: EnsembleHead | None
+    eos_ids: set[int]
+
+    def decoder(self, config: DecodeConfig, stop_strings: Iterable[str] = (), **kwargs: Any) -> Decoder:
+        """A decoder for one setting over this stack (``kwargs``: ``traces``, ``prefix``)."""
+        return Decoder(
+            self.target,
+            self.draft if config.method.speculative else None,
+            config,
+            head=self.head,
+            eos_token_ids=self.eos_ids,
+            stop_strings=stop_strings,
+            decode_text=self.tokenizer.decode,
+            **kwargs,
+        )
+
+
+def load_stack(
+    target: str,
+    draft: str | None = None,
+    dtype: str = "float32",
+    device: str = "cpu",
+    quantize: str = "none",
+    attn_implementation: str | None = None,
+    head: str | None = None,
+) -> Stack:
+    """Load the stack for a target (and draft, and head folder) by name; errors name what is wrong."""
+    from diversed.head import load_head_for
+    from diversed.models import eos_ids, load_pair, load_tokenizer
+
+    tokenizer = load_tokenizer(target)
+    target_model, draft_model = load_pair(
+        target, draft, dtype, device, attn_implementation=attn_implementation, quantize=quantize
+    )
+    loaded_head = None
+    if head is not None:
+        if draft_model is None:
+            raise ValueError("an ensemble head needs a draft model")
+        loaded_head = load_head_for(head, target_model, draft_model)
+    return Stack(tokenizer, target_model, draft_model, loaded_head, eos_ids(tokenizer, target_model))
