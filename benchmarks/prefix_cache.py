@@ -9,7 +9,9 @@ minute, and whether both wrote the same tokens. Cases (the embedded pair, `--dty
 * ``gsm8k``: `decode`, sd, T = 1, batch 4, the paper's 4-shot prompt, 128 new tokens;
 * ``cnndm``: the same on CNN/DM's 1-shot prompt (the 10 test records of the local copy);
 * ``traces``: `collect-traces` on GSM8K train prompts, 8 rollouts of each prompt in one batch;
-* ``gsm8k-fp32``: the GSM8K job in fp32, where both runs must write identical tokens.
+* ``gsm8k-fp32``, ``cnndm-fp32``: those jobs in fp32, where both runs must write identical tokens
+  (in bf16 a prefix prefilled alone rounds differently from one prefilled with its suffix, and a
+  sampled completion can take another path after a near-tie).
 
     python benchmarks/prefix_cache.py --out benchmarks/results/prefix-cache.json
 
@@ -38,6 +40,7 @@ CASES: dict[str, list[str]] = {
         *("--behaviour-weights", "0.5", "--batch-size", "8", "--dtype", "auto"),
     ],
     "gsm8k-fp32": ["decode", "--dataset", "gsm8k", "--n-examples", "12", "--dtype", "float32"],
+    "cnndm-fp32": ["decode", "--dataset", "cnndm", "--n-examples", "4", "--dtype", "float32"],
 }
 DECODE = ["--method", "sd", "--temperature", "1", "--batch-size", "4", "--num-assistant-tokens", "4"]
 

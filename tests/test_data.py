@@ -121,6 +121,17 @@ def test_mbpp_extraction_keeps_the_function_whatever_follows(completion):
     assert namespace["f"](1) == 2
 
 
+def test_mbpp_stops_when_its_code_block_closes():
+    """Greedy completions of the paper's prompt: more asserts, one fenced block, then prose about it
+    until the budget; the answer is finished when the block closes (an opening fence is no stop)."""
+    task = get_task("mbpp")
+    completion = "assert f(2) == 3\n\n```python\ndef f(x):\n    return x + 1\n```\nThe function adds one, ..."
+    ends = [completion.find(s) + len(s) for s in task.stop_strings if s in completion]
+    assert ends and completion[: min(ends)].endswith("\n```\n")
+    assert not any(s in "assert f(2) == 3\n\n```python\ndef f(x):\n" for s in task.stop_strings)
+    assert task.extract(completion[: min(ends)], {}) == "def f(x):\n    return x + 1"
+
+
 def test_humaneval_extraction_appends_completion_to_prompt():
     record = {"prompt": "def add(a, b):\n    '''Add.'''\n", "entry_point": "add"}
     task = get_task("humaneval")

@@ -217,6 +217,9 @@ class MBPP(Task):
         {"test": "test", "train": "train", "validation": "validation", "prompt": "prompt"},
     )
     metric = "pass@1"
+    # The paper's prompt ends in the task's tests; models then tend to write more asserts, one
+    # fenced code block and an explanation of it. The answer is finished when the block closes.
+    stop_strings = ("\n```\n",)
 
     def example_id(self, record: Record, index: int) -> str:
         return str(record["task_id"])
