@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from dataclasses import replace
 
 import pytest
@@ -15,7 +16,7 @@ from diversed.data.tasks import CNNDM
 from diversed.head import EnsembleHead, HeadError, load_head, save_head
 from diversed.tiny import write_tiny_pair
 from diversed.traces import TraceJob, Trajectory, read_manifest
-from diversed.training.objective import TrainConfig, head_weights, resolve_baseline
+from diversed.training.objective import TrainConfig, group_advantages, head_weights, resolve_baseline
 from diversed.training.selection import choose, lower_bound, prompt_gains, split_by_prompt, validation_figures
 from diversed.training.trainer import select_head, train_head
 
@@ -371,3 +372,44 @@ def test_trace_mode_stores_the_teacher_forced_values_batched_as_at_batch_one(pai
         assert torch.allclose(got.trace["mu"], mu.gather(1, y)[:, 0], atol=1e-5)
         assert torch.allclose(got.trace["h_target"].float(), out_p.hidden_states[-1][0, span], atol=4e-3)
         assert torch.allclose(got.trace["h_draft"].float(), out_q.hidden_states[-1][0, span], atol=4e-3)
+
+
+def grouped_pass_fail(n_prompts: int, group: int, seed: int) -> tuple[list[Trajectory], torch.Tensor]:
+    """The synthetic easy/hard problem with sparse pass/fail rewards (about 8% pass: the hard tokens
+    mostly right, and a coin), in groups of ``group`` rollouts per prompt as collect-traces writes
+    them with --rollouts: ids ``p<prompt>@w0.5#<g>``."""
+    trajectories, hard = synthetic_traces(n_prompts * group, seed)
+    coin = random.Random(seed)
+    rewards = [float(t.reward >= 0.8 and coin.random() < 0.5) for t in trajectories]
+    named = [
+        Trajectory(f"p{i // group}@w0.5#{i % group}", rewards[i], t.tensors)
+        for i, t in enumerate(trajectories)
+    ]
+    return named, hard
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_group_advantages_learn_from_sparse_pass_fail_rewards_where_r_minus_one_does_not(seed):
+    trajectories, hard = grouped_pass_fail(16, 8, seed)
+    assert 0.05 < sum(t.reward for t in trajectories) / len(trajectories) < 0.12
+    assert resolve_baseline("auto", trajectories) == "group"
+    group_easy, group_hard, _ = _weights_by_class(trajectories, hard, reg_lambda=0.3, baseline="group")
+    easy, hard_w, _ = _weights_by_class(trajectories, hard, reg_lambda=0.3, baseline="minus_one")
+    assert group_hard > 0.55 and group_hard - group_easy > 0.15  # keeps the target where it matters
+    assert abs(hard_w - easy) < 0.05  # r - 1 learns nothing that tells the contexts apart
+
+
+def test_group_advantage_is_reward_minus_the_other_rollouts_mean():
+    tensors = synthetic_traces(1)[0][0].tensors
+    rewards = {"a@w1#0": 1.0, "a@w1#1": 0.0, "a@w1#2": 0.0, "b@w1#0": 1.0, "b@w1#1": 1.0, "c@w1": 0.0}
+    trajectories = [Trajectory(i, r, tensors) for i, r in rewards.items()]
+    advantages = group_advantages(trajectories)
+    assert advantages == {
+        "a@w1#0": 1.0,
+        "a@w1#1": -0.5,
+        "a@w1#2": -0.5,
+        "b@w1#0": 0.0,
+        "b@w1#1": 0.0,
+        "c@w1": 0.0,
+    }
+    assert resolve_baseline("auto", trajectories) == "minus_one"  # "c" has no group mate

@@ -4,10 +4,15 @@ The policy is the probability mixture pi_theta(y) = w_theta p(y) + (1 - w_theta)
 w_theta = head(h_draft, h_target), so the stored scalars p(y), q(y) and hidden states are all
 that is needed: no LM runs during training. Per batch of sequences:
 
-* advantage A = R - b. ``baseline="auto"`` (the default) follows the released trainer per task:
-  pass/fail rewards (every reward 0 or 1: GSM8K, HumanEval, MBPP) use b = 1, so a failure is
-  pushed down even when the whole batch failed; graded rewards (ROUGE, BLEU) a running mean
-  (momentum 0.9). ``batch`` (the batch mean), ``running`` and ``minus_one`` force one rule.
+* advantage A = R - b. With group rollouts (several samples of one prompt under one behaviour,
+  ids ``<example>@<behaviour>#<g>``), ``baseline="auto"`` (the default) takes b = the mean reward
+  of the *other* samples of the group (``group``: RLOO, the leave-one-out form of GRPO's group
+  mean, unbiased): a prompt whose samples disagree carries signal even when most prompts pass or
+  fail together, and a prompt whose samples agree carries none, whatever its difficulty. Without
+  groups it follows the released trainer per task: pass/fail rewards (every reward 0 or 1:
+  GSM8K, HumanEval, MBPP) use b = 1, so a failure is pushed down even when the whole batch failed;
+  graded rewards (ROUGE, BLEU) a running mean (momentum 0.9). ``group``, ``batch`` (the batch
+  mean), ``running`` and ``minus_one`` force one rule.
 * per-token importance ratio r_t = pi_theta(y_t) / mu(y_t), clipped PPO-style:
   L_pg = -mean_t min(r_t A, clip(r_t, 1 - eps, 1 + eps) A);
 * acceptance term: the expected share of drafts accepted, E_t[1 - w_t TV_t], rewarded.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -37,7 +43,7 @@ from diversed.config import ConfigError, check_range
 from diversed.head import EnsembleHead
 from diversed.traces import Trajectory
 
-BASELINES = ("auto", "batch", "running", "minus_one")
+BASELINES = ("auto", "group", "batch", "running", "minus_one")
 REG_SCALES = ("relative", "fixed")
 
 
@@ -52,7 +58,7 @@ class TrainConfig:
     reg_lambda: float = 1.0  # relative: the acceptance term is worth lambda x the reward signal
     reg_scale: str = "relative"  # relative | fixed, see the module docstring
     clip_eps: float = 0.2
-    baseline: str = "auto"  # auto | batch | running | minus_one
+    baseline: str = "auto"  # auto | group | batch | running | minus_one
     hidden: int = 0  # 0: the paper's linear head; > 0: a small MLP
     seed: int = 42
 
@@ -71,11 +77,33 @@ class TrainConfig:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
+def group_of(trajectory: Trajectory) -> str:
+    """The group a rollout belongs to: its id without the ``#<g>`` suffix (prompt and behaviour)."""
+    return trajectory.id.rsplit("#", 1)[0]
+
+
 def resolve_baseline(kind: str, trajectories: Sequence[Trajectory]) -> str:
-    """``auto``: r - 1 when every reward is pass/fail (0 or 1), else the running mean."""
+    """``auto``: the group's leave-one-out mean when every rollout has a group mate, else r - 1
+    when every reward is pass/fail (0 or 1), else the running mean."""
     if kind != "auto":
         return kind
+    if min(Counter(group_of(t) for t in trajectories).values()) >= 2:
+        return "group"
     return "minus_one" if all(t.reward in (0.0, 1.0) for t in trajectories) else "running"
+
+
+def group_advantages(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """RLOO: each rollout's reward minus the mean reward of the other rollouts of its group (0 for
+    a rollout without a group mate: nothing to compare it with)."""
+    totals: dict[str, list[float]] = {}
+    for t in trajectories:
+        totals.setdefault(group_of(t), []).append(t.reward)
+    advantages = {}
+    for t in trajectories:
+        rewards = totals[group_of(t)]
+        others = len(rewards) - 1
+        advantages[t.id] = t.reward - (sum(rewards) - t.reward) / others if others else 0.0
+    return advantages
 
 
 def flatten(batch: Sequence[Trajectory]) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
@@ -94,11 +122,12 @@ def policy(head: EnsembleHead, tensors: dict[str, torch.Tensor]) -> tuple[torch.
 
 
 def batch_loss(
-    head: EnsembleHead, batch: Sequence[Trajectory], baseline: float, cfg: TrainConfig
+    head: EnsembleHead, batch: Sequence[Trajectory], advantages: torch.Tensor, cfg: TrainConfig
 ) -> tuple[torch.Tensor, dict[str, float]]:
+    """The loss of the module docstring on one batch; ``advantages`` holds A per sequence."""
     tensors, owner, rewards = flatten(batch)
     w, ratio = policy(head, tensors)
-    advantage = (rewards - baseline)[owner]
+    advantage = advantages.to(ratio.dtype)[owner]
     surrogate = torch.minimum(ratio * advantage, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * advantage)
     accept = 1 - w * tensors["tv"]
     expected_accept = accept.mean()

@@ -22,7 +22,14 @@ from tqdm import tqdm
 from diversed.config import check_range
 from diversed.head import EnsembleHead, load_head, save_head
 from diversed.traces import Trajectory, load_traces
-from diversed.training.objective import TrainConfig, batch_loss, head_weights, lr_factor, resolve_baseline
+from diversed.training.objective import (
+    TrainConfig,
+    batch_loss,
+    group_advantages,
+    head_weights,
+    lr_factor,
+    resolve_baseline,
+)
 from diversed.training.selection import choose, prompt_gains, split_by_prompt, validation_figures
 
 LogStep = Callable[[int, dict[str, float]], None]
@@ -67,6 +74,7 @@ def train_head(
     rng = random.Random(cfg.seed)
     head = start_head(trajectories, cfg, init)
     baseline_kind = resolve_baseline(cfg.baseline, trajectories)
+    grouped = group_advantages(trajectories) if baseline_kind == "group" else {}
     optimiser = torch.optim.AdamW(head.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     per_epoch = math.ceil(len(trajectories) / cfg.batch_size)
     total = cfg.epochs * per_epoch
@@ -82,14 +90,20 @@ def train_head(
         for start in range(0, len(order), cfg.batch_size):
             batch = order[start : start + cfg.batch_size]
             batch_mean = sum(t.reward for t in batch) / len(batch)
-            if baseline_kind == "minus_one":
+            if baseline_kind == "group":
+                baseline = None
+            elif baseline_kind == "minus_one":
                 baseline = 1.0
             elif baseline_kind == "running":
                 baseline = batch_mean if running is None else running
                 running = batch_mean if running is None else 0.9 * running + 0.1 * batch_mean
             else:
                 baseline = batch_mean
-            loss, figures = batch_loss(head, batch, baseline, cfg)
+            if baseline is None:
+                advantages = torch.tensor([grouped[t.id] for t in batch])
+            else:
+                advantages = torch.tensor([t.reward - baseline for t in batch])
+            loss, figures = batch_loss(head, batch, advantages, cfg)
             optimiser.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.max_grad_norm)
