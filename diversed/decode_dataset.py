@@ -33,6 +33,7 @@ from diversed.config import DecodeConfig, check_range, differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
 from diversed.engine.stats import GenerationStats
 from diversed.files import read_resumable
+from diversed.weights import token_class
 
 # How every decode record's line begins (``id`` is its first key): a torn last line that begins
 # otherwise is not ours, and the file is refused rather than cut.
@@ -53,13 +54,16 @@ class DecodeJob:
     dtype: str = "float32"
     head: str | None = None
     quantize: str = "none"
+    draft_transform: str | None = None  # a positive control's damaged draft (diversed.control)
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=1)
 
     def settings(self) -> dict[str, Any]:
-        # quantize is named only when used: records decoded before it existed stay resumable
+        # named only when used: records decoded before these existed stay resumable
         quantized = {"quantize": self.quantize} if self.quantize != "none" else {}
+        if self.draft_transform is not None and self.config.method.speculative:
+            quantized["draft_transform"] = self.draft_transform
         return {
             "dataset": self.dataset,
             "split": self.split,
@@ -197,6 +201,7 @@ def run_decode(
                     "prediction": task.extract(completion, example.record),
                     "reference": example.reference,
                     "token_ids": result.token_ids,
+                    **token_weights(result, tokenizer),
                     "finish_reason": result.finish_reason,
                     "stats": result.stats.to_dict(),
                     "batch": batch_info,
@@ -219,6 +224,14 @@ def run_decode(
     mine = [example.id for i, example in enumerate(examples) if i % world == rank]
     write_in_order(path, job, mine)
     return path
+
+
+def token_weights(result: Any, tokenizer: Any) -> dict[str, Any]:
+    """A DIVERSED record's per-token w, TV and entropy with each token's class (diversed.weights)."""
+    if result.token_stats is None:
+        return {}
+    classes = [token_class(tokenizer.decode([t])) for t in result.token_ids]
+    return {"token_weights": {"stats": result.token_stats, "class": classes}}
 
 
 def write_in_order(path: Path, job: DecodeJob, ids: list[str]) -> None:

@@ -40,9 +40,9 @@ def read_resumable(path: Path, record_start: bytes) -> tuple[list[dict[str, Any]
     """The complete lines of a file this program appends to, and the byte length they fill.
 
     A last line without its newline is a record torn by a kill when it begins as this program's
-    records begin (``record_start``, or a part of it): it is left out, for the caller to truncate and redo. Anything
-    else that does not parse, anywhere in the file, stops with the file and line named: a file
-    that holds something else is never cut down to what parses.
+    records begin (``record_start``, or a part of it): it is left out, for the caller to truncate
+    and redo. Anything else that does not parse, anywhere in the file, stops with the file and line
+    named: a file that holds something else is never cut down to what parses.
     """
     data = path.read_bytes()
     lines = data.split(b"\n")

@@ -3,8 +3,9 @@
 A grid entry is a partial decoding setting (knobs of :class:`~diversed.config.DecodeConfig`) whose values
 may be lists, which are swept; every entry is crossed with the configured draft lengths and
 temperatures, unless it names its own ``temperature`` (a value or a list), which then replaces them.
-An entry may also name its own ``n_examples`` (a workflow key, not a decoding one: it is neither in
-the setting's name nor among its flags), e.g. fewer examples for secondary cells of a study.
+An entry may also name its own ``n_examples`` (a workflow key, not a decoding one: it is not among
+its flags), e.g. fewer examples for secondary cells of a study, and a ``diversed`` entry its own
+``head`` (a hand-made one such as ``oracle:digits`` instead of the trained head).
 Each setting is validated by :class:`DecodeConfig`, so the workflow accepts exactly what the CLI
 accepts, and gets a stable, readable name used in file names and tables.
 """
@@ -33,11 +34,13 @@ ABBREVIATIONS = {
     "top_p": "topp",
 }
 # Grid-entry keys that belong to the workflow, not to the decoding setting.
-WORKFLOW_KEYS = ("n_examples",)
+WORKFLOW_KEYS = ("n_examples", "head")
 
 
 def _name(values: dict[str, Any]) -> str:
     parts = [values["method"]]
+    if "head" in values:
+        parts.append(values["head"].replace(":", "-"))
     for key, abbreviation in ABBREVIATIONS.items():
         if key in values:
             parts.append(
@@ -78,7 +81,7 @@ def _expand_entry(
                 values["num_assistant_tokens"] = k
             values["method"] = method.value
             DecodeConfig.from_dict({**common, **values})  # raises ConfigError naming the key
-            settings[_name(values)] = {**values, **own_keys}
+            settings[_name({**values, **own_keys})] = {**values, **own_keys}
     return settings
 
 

@@ -94,6 +94,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "quality_ci": score.get(f"{QUALITY[task.metric]}_ci"),
                 "corpus_bleu": task.metric == "bleu",
                 "per_example": score.get("per_example", []),
+                "w_test": score.get("w_test"),
                 **{f"{f}_ci": score.get(f"{f}_ci") for f in CI_FIGURES if f != "quality"},
             }
         )
@@ -286,6 +287,26 @@ def paired_table(rows: list[dict[str, Any]]):
     return frame.assign(_key=key).sort_values(["dataset", "_key"]).drop(columns="_key")
 
 
+def weights_table(rows: list[dict[str, Any]]):
+    """One line per setting whose records carry per-token weights (method diversed)."""
+    import pandas as pd
+
+    lines = []
+    for r in rows:
+        w = r.get("w_test")
+        if not w:
+            continue
+        line = {"dataset": r["dataset"], "setting": r["setting"], "tokens": w["tokens"]}
+        line |= {k: round(w[k], 3) for k in ("w_mean", "w_std", "w_below_0.1", "w_above_0.9")}
+        for kind, figures in w["by_class"].items():
+            mean = figures["w_mean"]
+            line[f"w {kind} (n)"] = f"{mean:.3f} ({figures['n']})" if mean is not None else "-"
+        for key in ("corr_tv", "corr_entropy"):
+            line[key] = None if w[key] is None else round(w[key], 3)
+        lines.append(line)
+    return pd.DataFrame(lines)
+
+
 def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Path]:
     out = Path(out_prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -298,6 +319,16 @@ def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Pat
     note += f" {heads}.\n\n" if heads else "\n\n"
     paths[1].write_text(note + table.to_markdown() + "\n")
     paths[2].write_text(table.to_latex(na_rep="--") + "\n")
+    weights = weights_table(rows)
+    if not weights.empty:
+        (path := out.with_name("weights.md")).write_text(
+            "Where each head put its weight, on the tokens it decoded (bonus tokens, drawn from the"
+            " target alone, have none): mean, std, shares below 0.1 and above 0.9, mean by token class,"
+            " correlation with TV(p, q) and with the target's entropy.\n\n"
+            + weights.to_markdown(index=False)
+            + "\n"
+        )
+        paths.append(path)
     paired = paired_table(rows)
     paired_path = out.with_name("paired_vs_sd")
     for suffix, text in ((".csv", paired.to_csv(index=False)), (".md", paired.to_markdown(index=False))):

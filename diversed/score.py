@@ -13,6 +13,7 @@ from diversed.engine.stats import GenerationStats
 from diversed.files import read_jsonl
 from diversed.metrics import QUALITY, accuracy, bleu, pass_at_1, rouge, rouge2_per_example
 from diversed.sandbox import run_program
+from diversed.weights import weight_statistics
 
 
 def read_records(path: str | Path, dataset: str | None = None) -> list[dict[str, Any]]:
@@ -162,6 +163,7 @@ def score_file(
         **metrics,
         **efficiency(records),
         **confidence_intervals(dataset, examples),
+        **({"w_test": weights} if (weights := weight_statistics(records)) else {}),
         "settings": records[0].get("settings", {}),
         "per_example": examples,
     }

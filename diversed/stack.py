@@ -53,8 +53,14 @@ def load_stack(
     quantize: str = "none",
     attn_implementation: str | None = None,
     head: str | None = None,
+    draft_transform: str | None = None,
 ) -> Stack:
-    """Load the stack for a target (and draft, and head folder) by name; errors name what is wrong."""
+    """Load the stack for a target (and draft, and head) by name; errors name what is wrong.
+
+    ``head`` is a folder written by ``train-head`` or a hand-made rule of :mod:`diversed.control`
+    (``oracle:digits``); ``draft_transform`` damages the draft for a positive control.
+    """
+    from diversed.control import ORACLES, DigitOracle, apply_draft_transform
     from diversed.head import load_head_for
     from diversed.models import eos_ids, load_pair, load_tokenizer
 
@@ -62,8 +68,14 @@ def load_stack(
     target_model, draft_model = load_pair(
         target, draft, dtype, device, attn_implementation=attn_implementation, quantize=quantize
     )
+    if draft_transform is not None:
+        if draft_model is None:
+            raise ValueError("a draft transform needs a draft model")
+        apply_draft_transform(draft_model, draft_transform, tokenizer)
     loaded_head = None
-    if head is not None:
+    if head in ORACLES:
+        loaded_head = DigitOracle(target_model, tokenizer)
+    elif head is not None:
         if draft_model is None:
             raise ValueError("an ensemble head needs a draft model")
         loaded_head = load_head_for(head, target_model, draft_model)

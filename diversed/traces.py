@@ -53,6 +53,7 @@ class TraceJob:
     quantize: str = "none"
     seed: int = 42
     rollouts: int = 1  # samples of each (prompt, behaviour): a group whose rewards can be compared
+    draft_transform: str | None = None  # a positive control's damaged draft (diversed.control)
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=1)
@@ -67,7 +68,7 @@ class TraceJob:
         """The job's fields, and a previous head's content hash: a head is named by its folder, but
         a head retrained into the same folder makes traces sampled from the old one stale."""
         values = asdict(self)
-        for name, default in (("quantize", "none"), ("rollouts", 1)):
+        for name, default in (("quantize", "none"), ("rollouts", 1), ("draft_transform", None)):
             if values[name] == default:  # named only when used: traces collected before stay valid
                 del values[name]
         values["behaviour_weights"] = list(self.behaviour_weights)
@@ -206,7 +207,15 @@ def collect_traces(
     ]
     if not todo:
         return out_dir
-    stack = load_stack(job.target, job.draft, job.dtype, device, job.quantize, head=job.head)
+    stack = load_stack(
+        job.target,
+        job.draft,
+        job.dtype,
+        device,
+        job.quantize,
+        head=job.head,
+        draft_transform=job.draft_transform,
+    )
     tokenizer = stack.tokenizer
     task = get_task(job.dataset)
     prompts = {e.id: prompt_ids(tokenizer, e.prompt, job.chat) for e in examples}

@@ -33,6 +33,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         args.quantize,
         args.attn_implementation,
         args.head if config.method is Method.DIVERSED else None,
+        args.draft_transform if config.method.speculative else None,
     )
     tokenizer, decoder = stack.tokenizer, stack.decoder(config)
     prompts = [prompt_ids(tokenizer, prompt, args.chat) for prompt in args.prompt]
@@ -63,6 +64,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         args.dtype,
         head=head,
         quantize=args.quantize,
+        draft_transform=args.draft_transform,
     )
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:

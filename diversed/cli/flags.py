@@ -7,6 +7,7 @@ from dataclasses import fields
 from typing import Any
 
 from diversed.config import DTYPES, QUANTIZE, ConfigError, DecodeConfig, add_knob_flags, check_range
+from diversed.control import DRAFT_TRANSFORMS
 from diversed.methods import Method, parse_method
 
 
@@ -29,6 +30,12 @@ def add_model_flags(parser: argparse.ArgumentParser, draft_required: bool = Fals
         choices=QUANTIZE,
         help="weight storage of both models' linears: none (default), fp16 (CPU: fp16 weights, fp32 compute,"
         " ~2x faster on CPUs without native bf16), auto (fp16 where the models would run fp32 on a CPU)",
+    )
+    parser.add_argument(
+        "--draft-transform",
+        choices=DRAFT_TRANSFORMS,
+        help="study option, never a default: damage the draft for a positive control (digit_swap: the"
+        " draft's digit logits permuted 0<->1, 2<->3, ...; see diversed/control.py)",
     )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument(

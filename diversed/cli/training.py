@@ -27,6 +27,7 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
         quantize=args.quantize,
         seed=args.seed,
         rollouts=args.rollouts,
+        draft_transform=args.draft_transform,
     )
     out = collect_traces(
         job,
@@ -91,7 +92,7 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
         default=[0.5, 1.0],
         help="target weights w of mu (0.5 1.0)",
     )
-    col.add_argument("--head", help="use a trained head as behaviour policy (next round)")
+    col.add_argument("--head", help="use a trained head (or oracle:digits) as behaviour policy (next round)")
     col.add_argument(
         "--draft-length", type=int, default=4, help="tokens drafted per block of the speculative sampler (4)"
     )
@@ -143,9 +144,10 @@ def add_train_head(sub: argparse._SubParsersAction) -> None:
     )
     tr.add_argument(
         "--baseline",
-        choices=["auto", "batch", "running", "minus_one"],
+        choices=["auto", "group", "batch", "running", "minus_one"],
         default="auto",
-        help="reward baseline; auto: r - 1 for pass/fail rewards, else a running mean (auto)",
+        help="reward baseline; auto: with group rollouts (--rollouts G) the group's leave-one-out mean,"
+        " else r - 1 for pass/fail rewards, else a running mean (auto)",
     )
     tr.add_argument(
         "--validation-share",

@@ -52,7 +52,7 @@ import torch
 from diversed.config import DecodeConfig
 from diversed.engine.cache import RaggedCache
 from diversed.engine.prefix import SharedPrefix
-from diversed.engine.rules import Block, make_rule, verify
+from diversed.engine.rules import Block, make_rule, total_variation, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.engine.schedules import make_schedule
 from diversed.engine.state import (
@@ -199,14 +199,14 @@ class Decoder:
         full = (accepted == num_drafted) & (num_drafted > 0)
         # trace mode emits no bonus token: a row that kept every draft ends on its last draft
         on_draft = full if self.traces else torch.zeros_like(full)
-        host = torch.cat(
-            [
-                torch.stack([accepted, extra, num_drafted, on_draft.long()], dim=1).double(),
-                tokens.double(),
-                checked.q_drafted,
-            ],
-            dim=1,
-        ).tolist()
+        parts = [
+            torch.stack([accepted, extra, num_drafted, on_draft.long()], dim=1).double(),
+            tokens.double(),
+            checked.q_drafted,
+        ]
+        if checked.token_stats is not None:
+            parts.append(checked.token_stats.double().flatten(1))
+        host = torch.cat(parts, dim=1).tolist()
         target = batch.target_cache
         in_target = accepted - on_draft.long()  # kept drafts now in the target's cache
         target.keep_new(width + 1, torch.arange(width + 1, device=device) <= in_target.unsqueeze(1))
@@ -252,6 +252,10 @@ class Decoder:
             new = tokens[:n] + ([] if ends_on_draft else [token])
             if trace is not None:
                 row.trace.append({k: v[b, : len(new)] for k, v in trace.items()})
+            if self.rule.needs_hidden_states:  # kept drafts and a correction: positions 0..n
+                stats = values[4 + 2 * width :]
+                at = [tuple(stats[3 * i : 3 * i + 3]) for i in range(min(n + 1, drafted))]
+                row.token_stats += at + [None] * (len(new) - len(at))  # a bonus token: none
             row.generated.extend(new)
             row.finish = self._finished(row.generated, len(row.generated) - len(new), row.budget)
             if row.finish:
@@ -283,7 +287,8 @@ class Decoder:
         trace = None
         if self.traces:  # cut like the tokens (an end token or stop string inside a block)
             trace = {k: torch.cat([t[k] for t in row.trace])[: len(row.generated)] for k in TRACE_FIELDS}
-        return Generation(row.generated, row.finish, row.stats, trace)
+        token_stats = row.token_stats[: len(row.generated)] if self.rule.needs_hidden_states else None
+        return Generation(row.generated, row.finish, row.stats, trace, token_stats)
 
     @staticmethod
     def _per_row(value: int | Sequence[int] | None, default: int, count: int, name: str) -> list[int]:
@@ -376,7 +381,13 @@ class Decoder:
         accepted, extra, v = verify(self.rule, block, self.sampling, rng)
         q_drafted = drafts.q.gather(2, drafts.tokens.unsqueeze(2)).squeeze(2).double()
         trace = trace_fields(block, v, accepted, extra, drafts.hidden, h_target) if self.traces else None
-        return Verified(accepted, extra, q_drafted, seconds, trace)
+        token_stats = None
+        if weights is not None:
+            tv = total_variation(p[:, :width], drafts.q)
+            log_p = logits[:, :width].log_softmax(-1)  # the target's own, temperature-1 distribution
+            entropy = -(log_p.exp() * log_p).sum(-1)
+            token_stats = torch.stack([weights, tv, entropy], dim=2)
+        return Verified(accepted, extra, q_drafted, seconds, trace, token_stats)
 
     def _finished(self, generated: list[int], first_new: int, budget: int) -> str:
         """Cut ``generated`` after an EOS or a stop string among the new tokens; '' if not done."""

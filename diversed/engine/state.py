@@ -31,6 +31,9 @@ class Generation:
     finish_reason: str  # "eos", "stop" or "length"
     stats: GenerationStats
     trace: dict[str, torch.Tensor] | None = None  # trace mode: per-token fields, see TRACE_FIELDS
+    # method diversed: per generated token, TOKEN_STATS at its position (None for a bonus token,
+    # drawn from the target alone)
+    token_stats: list[tuple[float, float, float] | None] | None = None
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Row:
     generated: list[int]
     finish: str = "length"
     trace: list[dict[str, torch.Tensor]] = field(default_factory=list)
+    token_stats: list[tuple[float, float, float] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -67,6 +71,7 @@ class Verified:
     q_drafted: torch.Tensor  # [B, L] q of each drafted token (float64)
     seconds: float  # of the target forward
     trace: dict[str, torch.Tensor] | None  # trace mode: TRACE_FIELDS at each position, [B, L, ...]
+    token_stats: torch.Tensor | None = None  # method diversed: TOKEN_STATS at each position, [B, L, 3]
 
 
 @dataclass
@@ -82,6 +87,11 @@ class Batch:
     pending: torch.Tensor  # [B, 2]
     pending_valid: torch.Tensor  # [B, 2]
     prefill_seconds: float
+
+
+# Per drafted position, with a learned (or hand-made) weight: the head's w, TV(p, q) and the
+# entropy of the target's temperature-1 distribution, so a decode record shows where w goes.
+TOKEN_STATS = ("w", "tv", "entropy")
 
 
 # Per emitted token y: both last-layer hidden states at its position, p(y), q(y), TV(p, q), v(y).

@@ -88,11 +88,23 @@ def decode_targets():
     targets = []
     for dataset in DATASETS:
         for name, values in SETTINGS.items():
-            if values["method"] == "diversed" and not head_available(dataset):
+            if values["method"] == "diversed" and "head" not in values and not head_available(dataset):
                 warnings.warn(f"skipping diversed on {dataset}: no train split to train its head on")
                 continue
             targets.append(f"results/scores/{dataset}/{name}.json")
     return targets
+
+
+def transform_flag():
+    return f"--draft-transform {MODELS['draft_transform']}" if MODELS["draft_transform"] else ""
+
+
+def head_flag(wildcards, input):
+    """The trained head of a diversed cell, or the hand-made one its grid entry names."""
+    own = SETTINGS[wildcards.setting].get("head")
+    if own:
+        return f"--head {own}"
+    return f"--head {input.head}" if "head" in input.keys() else ""
 
 
 def data_flags():
@@ -114,6 +126,6 @@ def end_tracking(status):
 
 def decode_inputs(wildcards):
     inputs = {"models": "results/models/ready.json"}
-    if SETTINGS[wildcards.setting]["method"] == "diversed":
+    if SETTINGS[wildcards.setting]["method"] == "diversed" and "head" not in SETTINGS[wildcards.setting]:
         inputs["head"] = f"results/heads/{head_dataset(wildcards.dataset)}/r{HEAD['rounds']}"
     return inputs

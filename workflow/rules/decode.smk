@@ -17,11 +17,12 @@ rule decode:
         chat="--chat" if DATA["chat"] else "",
         setting=lambda w: cli_flags(SETTINGS[w.setting]),
         max_new_tokens=DECODE["max_new_tokens"],
-        head=lambda w, input: f"--head {input.head}" if "head" in input.keys() else "",
+        head=head_flag,
+        transform=transform_flag(),
         flags=data_flags(),
         batch_size=DECODE["batch_size"],
         latency_examples=DECODE["latency_examples"],
-        src=src_hash("engine", "decode_dataset.py", "data/tasks.py"),
+        src=src_hash("engine", "decode_dataset.py", "data/tasks.py", "control.py"),
     threads: 2
     resources:
         gpu=GPU,
@@ -29,7 +30,7 @@ rule decode:
         "results/logs/decode/{dataset}/{setting}.log",
     shell:
         "(diversed --track decode decode --dataset {wildcards.dataset} --split {params.split} --n-examples {params.n}"
-        " --target {params.target} --draft {params.draft} --dtype {params.dtype} --quantize {params.quantize} {params.chat}"
+        " --target {params.target} --draft {params.draft} {params.transform} --dtype {params.dtype} --quantize {params.quantize} {params.chat}"
         " {params.setting} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
         " --batch-size {params.batch_size} --latency-examples {params.latency_examples}"
         " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"

@@ -29,8 +29,10 @@ rule collect_traces:
         folder=lambda w, output: output[0].removesuffix(".done"),
         flags=data_flags(),
         batch_size=HEAD["batch_size"],
+        rollouts=HEAD["rollouts"],
+        transform=transform_flag(),
         draft_length=HEAD["draft_length"],
-        src=src_hash("traces.py", "engine", "data/tasks.py"),
+        src=src_hash("traces.py", "engine", "data/tasks.py", "control.py"),
     threads: 2
     resources:
         gpu=GPU,
@@ -40,4 +42,4 @@ rule collect_traces:
         "(diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " {params.behaviour} --seed {params.seed} --target {params.target} --draft {params.draft}"
-        " --dtype {params.dtype} --quantize {params.quantize} --batch-size {params.batch_size} --draft-length {params.draft_length} {params.flags} --quiet --replace-stale --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
+        " {params.transform} --dtype {params.dtype} --quantize {params.quantize} --batch-size {params.batch_size} --rollouts {params.rollouts} --draft-length {params.draft_length} {params.flags} --quiet --replace-stale --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
