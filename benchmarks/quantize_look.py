@@ -6,7 +6,7 @@ llama.cpp streams ~1.1 GB of Q4_K weights per token where our fp32 path streams 
 offers these routes, compared here with the oneDNN-packed fp32 linear the engine uses by default:
 
 * ``fp16``: fp16 weights, fp32 activations and sums, fbgemm's "dynamic fp16" linear: what
-  ``--quantize fp16`` (:mod:`diversed.engine.quantize`) runs;
+  ``--quantize fp16`` (:mod:`diversed.backends.cpu.quantize`) runs;
 
 * ``w8``: weight-only int8 with per-output-row scales, ``aten._weight_int8pack_mm`` (bf16
   activations; its fp32 path is scalar);
@@ -50,10 +50,10 @@ from bf16_agreement import compare, greedy, summarise, teacher_forced
 from torch import nn
 from transformers import DynamicCache
 
+from diversed.backends.cpu.onednn import native_bf16, use_onednn_linear
+from diversed.backends.cpu.quantize import fp16_linear, pack_fp16
 from diversed.bench import DEFAULT_PROMPTS
 from diversed.data import load_examples
-from diversed.engine.cpu import native_bf16, use_onednn_linear
-from diversed.engine.quantize import fp16_linear, pack_fp16
 from diversed.models import load_model, load_tokenizer
 
 ACTIVATION_LEVELS = 63  # 7 bits, zero point 64: |x / scale| <= 63 keeps u8 x s8 pairs below 2**15
@@ -84,7 +84,7 @@ class WeightOnly:
 
 
 class HalfWeights:
-    """``fp16``: fbgemm's fp16-weight linear, fp32 activations (``diversed.engine.quantize``)."""
+    """``fp16``: fbgemm's fp16-weight linear, fp32 activations (``diversed.backends.cpu.quantize``)."""
 
     def __init__(self, linear: nn.Linear) -> None:
         self.packed = pack_fp16(linear.weight, linear.bias)

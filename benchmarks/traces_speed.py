@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
+from diversed.backends.cpu.onednn import choose_dtype
 from diversed.config import DTYPES
 from diversed.data import load_examples
 from diversed.engine.cache import RaggedCache
-from diversed.engine.cpu import choose_dtype
 from diversed.engine.loop import Decoder
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.models import eos_ids, load_pair, load_tokenizer

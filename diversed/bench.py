@@ -182,7 +182,7 @@ def weight_bytes(model) -> int:
     for module in model.modules():
         if isinstance(module, torch.nn.Embedding):
             continue
-        if hasattr(module, "fp16_weight"):  # fbgemm's packed fp16 (diversed.engine.quantize)
+        if hasattr(module, "fp16_weight"):  # fbgemm's packed fp16 (diversed.backends.cpu.quantize)
             total += module.weight.numel() * 2
             tensors = [module.bias] if module.bias is not None else []
         else:

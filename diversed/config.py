@@ -19,9 +19,9 @@ import jsonschema
 
 from diversed.methods import ALIASES, CascadeRule, EnsembleSpace, Method, Schedule, parse_method
 
-# Model dtypes a user may ask for; "auto" is resolved by diversed.engine.cpu.choose_dtype.
+# Model dtypes a user may ask for; "auto" is resolved by diversed.backends.cpu.onednn.choose_dtype.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-# Weight storage a user may ask for; "auto" is resolved by diversed.engine.quantize.choose_quantize.
+# Weight storage a user may ask for; "auto" is resolved by diversed.backends.cpu.quantize.choose_quantize.
 QUANTIZE = ("none", "fp16", "auto")
 
 

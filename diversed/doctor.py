@@ -56,7 +56,7 @@ def run_doctor(data_dir: str | None = None) -> int:
         _line(True, "dtype auto", "bfloat16: CUDA device")
     else:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-        from diversed.engine.cpu import available, choose_dtype
+        from diversed.backends.cpu.onednn import available, choose_dtype
 
         onednn = "oneDNN linears available" if available() else "no oneDNN (slower verification)"
         _line(
@@ -68,11 +68,11 @@ def run_doctor(data_dir: str | None = None) -> int:
         dtype, why = choose_dtype("auto", "cpu")
         kernels = f"oneDNN pre-packed {dtype} linears" if available() else f"torch's default {dtype} linears"
         _line(True, "dtype auto", f"{dtype}: {why}; {kernels}")
-        from diversed.engine.quantize import choose_quantize
+        from diversed.backends.cpu.quantize import choose_quantize
 
         weights, why = choose_quantize("auto", dtype, "cpu")
         _line(True, "quantize auto", f"{weights}: {why}")
-        from diversed.engine import packed_store
+        from diversed.backends.cpu import packed_store
 
         store = packed_store.root()
         if store is None or not packed_store.supported():

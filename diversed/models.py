@@ -14,11 +14,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from diversed import embedded
+from diversed.backends.cpu.onednn import use_onednn_linear
+from diversed.backends.cpu.packed_store import PackedStore
+from diversed.backends.cpu.quantize import choose_quantize, use_fp16_weights
 from diversed.embedded import is_embedded
-from diversed.engine.cpu import use_onednn_linear
-from diversed.engine.packed_store import PackedStore
 from diversed.engine.prefix import SharedPrefix
-from diversed.engine.quantize import choose_quantize, use_fp16_weights
 
 
 class ModelError(ValueError):
@@ -68,8 +68,9 @@ def load_model(
     onednn: bool = True,
     quantize: str = "none",
 ) -> PreTrainedModel:
-    """A causal LM in eval mode on ``device``; on CPU its linears use oneDNN (:mod:`diversed.engine.cpu`)
-    or, with ``quantize="fp16"``, fp16 weights and fp32 compute (:mod:`diversed.engine.quantize`)."""
+    """A causal LM in eval mode on ``device``; on CPU its linears use oneDNN
+    (:mod:`diversed.backends.cpu.onednn`) or, with ``quantize="fp16"``, fp16 weights and fp32
+    compute (:mod:`diversed.backends.cpu.quantize`)."""
     quantize = choose_quantize(quantize, dtype, device)[0]
     kwargs = {"dtype": getattr(torch, dtype)}
     if attn_implementation:
@@ -166,16 +167,14 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -> l
 
 def shared_prefix(
     tokenizer: PreTrainedTokenizerBase, text: str, chat: bool, prompts: Iterable[list[int]]
-) -> SharedPrefix | None:
+) -> SharedPrefix:
     """The tokens of a task's shared prompt text (``Task.prefix``) that the job's prompts start with.
 
     The text is tokenized as the prompts are (raw or in the chat template); where its last tokens
     merge with an example's own text (BPE across the boundary), or the template closes the turn,
     the prompts diverge from it earlier, and only the tokens some prompt really shares are kept.
-    None when nothing is shared (HumanEval, or a prefix the tokenizer never splits off).
+    Empty when nothing is shared (HumanEval): rows that repeat a whole prompt still share it.
     """
-    if not text:
-        return None
-    ids = SharedPrefix(prompt_ids(tokenizer, text, chat))
+    ids = SharedPrefix(prompt_ids(tokenizer, text, chat) if text else [])
     shared = max((ids.common_length(p) for p in prompts), default=0)
-    return SharedPrefix(ids.ids[:shared]) if shared else None
+    return SharedPrefix(ids.ids[:shared])

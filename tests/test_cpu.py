@@ -6,9 +6,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from diversed.engine import cpu, quantize
-from diversed.engine.cpu import _file_mappings, available, use_onednn_linear
-from diversed.engine.quantize import use_fp16_weights
+from diversed.backends.cpu import onednn as cpu
+from diversed.backends.cpu import quantize
+from diversed.backends.cpu.onednn import _file_mappings, available, use_onednn_linear
+from diversed.backends.cpu.quantize import use_fp16_weights
 from diversed.tiny import tiny_model, write_tiny_pair
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN linear kernels")

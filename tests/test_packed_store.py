@@ -7,8 +7,9 @@ import os
 import pytest
 import torch
 
-from diversed.engine import cpu, packed_store
-from diversed.engine.packed_store import PackedStore
+from diversed.backends.cpu import onednn as cpu
+from diversed.backends.cpu import packed_store
+from diversed.backends.cpu.packed_store import PackedStore
 from diversed.models import load_model
 from diversed.tiny import write_tiny_pair
 

@@ -12,10 +12,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from diversed import DecodeConfig, Decoder
+from diversed.backends.cpu import quantize
+from diversed.backends.cpu.quantize import choose_quantize, use_fp16_weights
 from diversed.bench import weight_bytes
 from diversed.cli import main
-from diversed.engine import quantize
-from diversed.engine.quantize import choose_quantize, use_fp16_weights
 from diversed.tiny import tiny_model, tiny_pair
 
 pytestmark = pytest.mark.skipif(not quantize.available(), reason="this torch has no fbgemm fp16 kernels")

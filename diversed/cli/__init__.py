@@ -44,11 +44,11 @@ def resolve_choices(args: argparse.Namespace) -> None:
     """``--dtype auto`` and ``--quantize auto`` resolved here, so records name what ran; an fp16
     request checked against the device."""
     if getattr(args, "dtype", None) == "auto":
-        from diversed.engine.cpu import choose_dtype
+        from diversed.backends.cpu.onednn import choose_dtype
 
         args.dtype = choose_dtype("auto", getattr(args, "device", "cpu"))[0]
     if getattr(args, "quantize", None):
-        from diversed.engine.quantize import choose_quantize
+        from diversed.backends.cpu.quantize import choose_quantize
 
         args.quantize = choose_quantize(args.quantize, args.dtype, getattr(args, "device", "cpu"))[0]
 
@@ -84,7 +84,7 @@ def run_tracked(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     # Huge pages for torch's large CPU allocations (read when torch first allocates, so before any
-    # import of it): packing a model's weights is bound by page faults (diversed.engine.cpu).
+    # import of it): packing a model's weights is bound by page faults (diversed.backends.cpu.onednn).
     os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -5,10 +5,10 @@ Read in this order: :mod:`~diversed.engine.loop` (the block loop and its invaria
 (the shared KV cache with holes), :mod:`~diversed.engine.prefix` (a prompt prefix prefilled once
 per job), :mod:`~diversed.engine.compat` (transformers' cache API), :mod:`~diversed.engine.rules`
 (verification rules on [B, L, V]), :mod:`~diversed.engine.sampling` (distributions and per-row
-randomness), :mod:`~diversed.engine.schedules` (draft lengths), :mod:`~diversed.engine.stats`
-(counters and timings), :mod:`~diversed.engine.cpu` (CPU linear kernels) and
-:mod:`~diversed.engine.packed_store` (their packed weights, kept on disk). Nothing here imports
-the CLI, the workflow or MLflow.
+randomness), :mod:`~diversed.engine.schedules` (draft lengths) and :mod:`~diversed.engine.stats`
+(counters and timings). This package is the algorithm alone: device-specific speed (CPU kernels,
+packed weights) lives in :mod:`diversed.backends`. Nothing here imports the CLI, the workflow or
+MLflow.
 """
 
 from diversed.engine.loop import Decoder

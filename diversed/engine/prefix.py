@@ -76,16 +76,21 @@ def prefill_rows(
 ) -> list[LayerKV | None]:
     """Each prompt's keys and values (``None`` for an empty prompt), as a batch-1 prefill gives them.
 
-    A prompt's first m tokens shared with ``prefix`` come from the prefix's KV; only the rest is
-    forwarded. Equal prompts are computed once and share the result (read-only).
+    With a ``prefix`` (an empty one shares whole prompts only), a prompt's first m tokens shared
+    with it come from the prefix's KV and only the rest is forwarded, and equal prompts are
+    computed once and share the result (read-only). Without one, every prompt is forwarded whole,
+    as if nothing were shared: what ``--prefix-cache off`` measures.
     """
     done: dict[tuple[int, ...], LayerKV | None] = {}
+    results = []
     for prompt in prompts:
         key = tuple(prompt)
-        if key in done:
+        if key in done and prefix is not None:
+            results.append(done[key])
             continue
         if not key:
             done[key] = None
+            results.append(None)
             continue
         shared = 0 if prefix is None else prefix.common_length(key)
         cache = new_cache(model)
@@ -96,4 +101,5 @@ def prefill_rows(
             ids = torch.tensor([key[shared:]], device=model.device)
             forward_with_cache(model, cache, input_ids=ids, logits_to_keep=1)
         done[key] = [(layer.keys, layer.values) for layer in cache.layers]
-    return [done[tuple(p)] for p in prompts]
+        results.append(done[key])
+    return results

@@ -22,7 +22,7 @@ rule decode:
         flags=data_flags(),
         batch_size=DECODE["batch_size"],
         latency_examples=DECODE["latency_examples"],
-        src=src_hash("engine", "decode_dataset.py", "data/tasks.py", "control.py"),
+        src=src_hash("engine", "backends/cpu", "decode_dataset.py", "data/tasks.py", "control.py"),
     threads: 2
     resources:
         gpu=GPU,

@@ -32,7 +32,7 @@ rule collect_traces:
         rollouts=HEAD["rollouts"],
         transform=transform_flag(),
         draft_length=HEAD["draft_length"],
-        src=src_hash("traces.py", "engine", "data/tasks.py", "control.py"),
+        src=src_hash("traces.py", "engine", "backends/cpu", "data/tasks.py", "control.py"),
     threads: 2
     resources:
         gpu=GPU,

@@ -19,7 +19,7 @@ logits move as little as fp32's do, and ``sd`` stays the target's decoding.
 
 Cost. fp16 rounds each weight to 11 significant bits (bf16 keeps 8): a small, fixed change of the
 model, the same for every method. Results equal ``F.linear`` on the fp16-rounded weight up to
-summation order. Call it last, like :func:`diversed.engine.cpu.use_onednn_linear`: the model
+summation order. Call it last, like :func:`diversed.backends.cpu.onednn.use_onednn_linear`: the model
 cannot be trained or moved afterwards.
 """
 
@@ -32,8 +32,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from diversed.backends.cpu.onednn import pack_linears
 from diversed.config import QUANTIZE
-from diversed.engine.cpu import pack_linears
 
 
 def available() -> bool:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from diversed.engine.cpu import MADV_POPULATE_READ, madvise
+from diversed.backends.cpu.onednn import MADV_POPULATE_READ, madvise
 
 FORMAT = 1
 ALIGN = 2 << 20  # a huge page: the kernel can map each weight's start with one

@@ -29,7 +29,7 @@ linears are packed by as many Python threads as torch has (torch releases the GI
 ~1.6x faster on 2 cores. The CLI also asks torch's allocator for transparent huge pages
 (``THP_MEM_ALLOC_ENABLE``), 512x fewer faults where the kernel grants them.
 Even so, packing was half of a decode job's start on a 2-core VM; with a
-:class:`~diversed.engine.packed_store.PackedStore` a model is packed once and later loads map the
+:class:`~diversed.backends.cpu.packed_store.PackedStore` a model is packed once and later loads map the
 stored bytes (``pack`` then never reads the dense weight, so its file pages are not touched).
 
 Sibling linears. At one token per row a forward is ~200 matrix-vector products, and a small one
@@ -37,7 +37,7 @@ streams its weights further below bandwidth than a large one (on a 2-core Xeon w
 a 256x1536 key projection at 19 GB/s, the 2048x1536 query/key/value product at 29 GB/s).
 Linears of one block that read the same input (``q_proj``, ``k_proj``, ``v_proj``; ``gate_proj``,
 ``up_proj``, the names of Llama, Qwen2 and Mistral) are therefore packed as one product over their
-stacked weights (by every packing route: oneDNN here, fbgemm fp16 in :mod:`diversed.engine.quantize`);
+stacked weights (by every packing route: oneDNN here, fbgemm fp16 in :mod:`diversed.backends.cpu.quantize`);
 the first sibling called computes it and each sibling returns its columns. The
 product is recomputed whenever the input is not the very tensor of the last call (same object,
 no in-place change since: inference-mode tensors carry no version counter, so there identity alone
@@ -62,7 +62,7 @@ from torch import nn
 from diversed.config import DTYPES
 
 if TYPE_CHECKING:
-    from diversed.engine.packed_store import PackedStore
+    from diversed.backends.cpu.packed_store import PackedStore
 
 
 def available() -> bool:
@@ -295,7 +295,7 @@ def use_onednn_linear(model: nn.Module, store: PackedStore | None = None) -> int
     """Switch the model's CPU fp32/bf16 linears to pre-packed oneDNN weights, siblings stacked;
     return how many of the model's linears now run on them. With a ``store``, the packed weights
     are read from it when it has them, and written to it when it has not (see
-    :mod:`diversed.engine.packed_store`)."""
+    :mod:`diversed.backends.cpu.packed_store`)."""
     if not available():
         return 0
     stored = store.load() if store is not None else None
