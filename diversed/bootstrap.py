@@ -22,6 +22,9 @@ import numpy as np
 RESAMPLES = 2000
 LEVEL = 0.95
 SEED = 0
+# Latency is printed only from at least this many batch-1 examples per cell: below it an
+# interval is the few examples' own min and max, not a measurement.
+MIN_LATENCY = 10
 
 # One figure as a function of per-example columns, vectorised over resamples: it gets each
 # column summed ("sum") or averaged ("mean") over the examples of every resample.
@@ -121,6 +124,23 @@ def paired_differences(
         out[name] = value if np.isfinite(value) else None
         out[f"{name}_ci"] = percentile_interval(spread)
     return out
+
+
+def paired_speedup(
+    reference: dict[str, np.ndarray], mine: dict[str, np.ndarray], seed: int = SEED
+) -> tuple[float | None, list[float] | None, int]:
+    """Speed-up of ``mine`` over ``reference`` (e.g. ``auto``) on the examples both decoded at batch
+    1: total reference seconds over total own seconds, with a paired 95% interval (the same
+    resampled examples feed both sums), and the number of those examples. None and None below
+    :data:`MIN_LATENCY` examples. Both are columns of the same examples in the same order."""
+    both = (reference["latency_count"] > 0) & (mine["latency_count"] > 0)
+    n = int(both.sum())
+    if n < MIN_LATENCY:
+        return None, None, n
+    theirs, own = reference["latency_seconds"][both], mine["latency_seconds"][both]
+    index = resamples(n, seed=seed)
+    point = float(theirs.sum() / own.sum())
+    return point, percentile_interval(_ratio(theirs[index].sum(axis=1), own[index].sum(axis=1))), n
 
 
 def above_curve(

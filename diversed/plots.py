@@ -35,8 +35,16 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
             mine = [r for r in panel if r[x_key] is not None]
             _pareto_panel(ax, mine, x_key)
             for r in panel:  # auto has no acceptance: its quality is a reference band across the panel
-                if r[x_key] is None:
+                if r[x_key] is None and r["method"] == "auto":
                     _reference_band(ax, r)
+            if not mine:  # latency is printed only from enough batch-1 examples (report.load_scores)
+                ax.text(
+                    0.5,
+                    0.5,
+                    "not measured at batch 1 on enough examples",
+                    ha="center",
+                    transform=ax.transAxes,
+                )
             n = cell_sizes(mine).get(dataset, "?") if mine else "?"
             ax.set_title(f"{dataset}, T = {temperature:g} (n = {n} per point)", fontsize=9)
             ax.set_xlabel(x_label)
@@ -146,7 +154,7 @@ def _speedup_plot(rows, datasets, out: Path, plt) -> list[Path]:
             if not sd or not auto or not auto[0]["target_step_seconds"]:
                 continue
             step = auto[0]["target_step_seconds"]
-            measured = [r["speedup"] for r in sd]
+            measured = [float("nan") if r["speedup"] is None else r["speedup"] for r in sd]
             predicted = [
                 leviathan_speedup(
                     r["acceptance_rate"],

@@ -26,7 +26,7 @@ from diversed import bootstrap
 from diversed.data import get_task
 from diversed.metrics import QUALITY
 
-CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example")
+CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example", "speedup")
 METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "diversed": 5}
 
 
@@ -85,6 +85,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "acceptance_rate": score["acceptance_rate"],
                 "mean_accepted_length": score["mean_accepted_length"],
                 "seconds_per_example": score["seconds_per_example"],
+                "latency_examples": score.get("latency_examples") or 0,
                 "tokens_per_second": score["tokens_per_second"],
                 "batch_size": score.get("batch_size", 1),
                 "target_step_seconds": score.get("target_step_seconds"),
@@ -106,8 +107,10 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
             and r["dataset"] == row["dataset"]
             and r["temperature"] == row["temperature"]
         ]
-        latency = row["seconds_per_example"]
-        row["speedup"] = auto[0]["seconds_per_example"] / latency if auto and latency else None
+        row["speedup"], row["speedup_ci"] = speedup_over(auto[0], row) if auto else (None, None)
+    for row in rows:  # a few batch-1 examples are no measurement: print no latency from them
+        if row["latency_examples"] < bootstrap.MIN_LATENCY:
+            row["seconds_per_example"], row["seconds_per_example_ci"] = None, None
         row["vs_sd"] = paired_vs_sd(row, rows)
         row["vs_static"] = versus_static_curve(row, rows)
     return rows
@@ -170,6 +173,17 @@ def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict
         "gap": gap,
         "gap_ci": interval,
     }
+
+
+def speedup_over(auto: dict[str, Any], row: dict[str, Any]) -> tuple[float | None, list[float] | None]:
+    """Latency speed-up of ``row`` over ``auto``, paired over the examples both decoded at batch 1,
+    with its bootstrap interval; (None, None) below ``bootstrap.MIN_LATENCY`` such examples."""
+    aligned = aligned_columns(row, [auto]) if row["per_example"] and auto["per_example"] else None
+    if not aligned:
+        return None, None
+    _, (mine, theirs) = aligned
+    point, interval, _ = bootstrap.paired_speedup(theirs, mine)
+    return point, interval
 
 
 def paired_vs_sd(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -112,3 +112,18 @@ def test_above_the_curve_is_zero_on_the_curve_and_positive_above_it():
     better = cols(0.8, base | (rng.random(n) < 0.3))  # between them in acceptance, higher quality
     gap, interval = bootstrap.above_curve(better, low, high)
     assert gap > 0 and interval[0] > 0
+
+
+def test_speedup_is_a_paired_ratio_with_an_interval_and_absent_below_ten_batch_one_examples():
+    rng = np.random.default_rng(0)
+    difficulty = rng.uniform(1, 10, size=30)  # shared: hard examples are slow for both
+    auto = example_rows([1.0] * 30)
+    fast = example_rows([1.0] * 30)
+    for e, a, d in zip(fast, auto, difficulty, strict=True):
+        a["seconds"], e["seconds"] = 2.0 * d, d * rng.uniform(0.9, 1.1)
+    point, interval, n = bootstrap.paired_speedup(bootstrap.columns(auto), bootstrap.columns(fast))
+    assert n == 30 and 1.9 < point < 2.1
+    assert interval[0] < point < interval[1] and interval[1] - interval[0] < 0.2  # pairing cancels difficulty
+    for e in fast[9:]:
+        e["batch_size"] = 4  # only 9 examples at batch 1: no latency figure
+    assert bootstrap.paired_speedup(bootstrap.columns(auto), bootstrap.columns(fast)) == (None, None, 9)
