@@ -12,7 +12,7 @@ export MLFLOW_DISABLE_TELEMETRY := true
 DIVERSED_DATA_DIR ?= $(firstword $(wildcard $(abspath ../shared/data)))
 export DIVERSED_DATA_DIR
 
-.PHONY: test test-slurm reproduce study models lint bench bench-qwen bench-qwen-fp16 clean
+.PHONY: test test-compat test-slurm reproduce study models lint bench bench-qwen bench-qwen-fp16 clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,21 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 test: $(STAMP)
 	$(BIN)/ruff check diversed tests benchmarks
 	$(BIN)/python -m pytest
+
+# The engine's tests on other transformers releases that pyproject.toml allows: the oldest (5.0.0)
+# and the one a GPU image ships (5.17.0). Each is installed on its own (no dependencies) under
+# .compat/ and put first on the path, so the venv's newest release stays as it is.
+COMPAT_VERSIONS ?= 5.0.0 5.17.0
+COMPAT_TESTS := tests/test_greedy_identity.py tests/test_batched.py tests/test_prefix.py \
+	tests/test_sampling_exactness.py tests/test_cache_and_head.py tests/test_control.py
+test-compat: $(STAMP)
+	@for v in $(COMPAT_VERSIONS); do \
+		$(BIN)/pip install --quiet --no-deps --target .compat/transformers-$$v transformers==$$v || exit 1; \
+		PYTHONPATH=$(abspath .compat)/transformers-$$v $(BIN)/python -c \
+			"import transformers; print('transformers', transformers.__version__)" || exit 1; \
+		PYTHONPATH=$(abspath .compat)/transformers-$$v $(BIN)/python -m pytest -q -p no:cacheprovider \
+			$(COMPAT_TESTS) || exit 1; \
+	done
 
 # The cluster path on a real one-node SLURM (root: installs slurm-wlm/munge; else skips saying why).
 test-slurm: $(STAMP)
@@ -65,11 +80,11 @@ bench-qwen: models
 		--dataset humaneval --n-prompts 8 --max-new-tokens 128 --num-assistant-tokens 4 \
 		--batch-sizes 1 2 4 8 --repeats 3 --out $(BENCH_QWEN_OUT)
 
-# The same with fp16 weights (--quantize fp16, diversed/engine/quantize.py), batch sizes 1 and 4.
+# The same with fp16 weights (--quantize fp16, diversed/backends/cpu/quantize.py), batch sizes 1 and 4.
 bench-qwen-fp16: models
 	$(BIN)/diversed bench --target embedded:qwen2.5-coder-1.5b --draft embedded:qwen2.5-coder-0.5b \
 		--quantize fp16 --dataset humaneval --n-prompts 4 --max-new-tokens 128 --num-assistant-tokens 4 \
 		--batch-sizes 1 4 --repeats 3 --out benchmarks/results/bench-qwen-fp16.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .snakemake
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .snakemake .compat

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from diversed.backends.cpu.onednn import choose_dtype
 from diversed.bench import provenance
-from diversed.engine.cpu import choose_dtype
 
 TARGET, DRAFT = "embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b"
 CASES: dict[str, list[str]] = {
@@ -60,12 +60,18 @@ def records(case: str, out: Path) -> list[dict[str, Any]]:
 
 
 def figures(case: str, rows: list[dict[str, Any]], wall: float) -> dict[str, Any]:
-    """Prefill and batch seconds, once per batch (rows of a batch carry the batch's times)."""
+    """Prefill and batch seconds, once per batch. A decode record names its batch and carries the
+    batch's wall time; a trace sequence carries its batch's prefill time (one value per batch) and
+    the time its own row ended, so a batch lasted as long as its last row."""
     batches: dict[Any, dict[str, float]] = {}
     for row in rows:
         stats = row["stats"]
-        key = row["batch"]["id"] if "batch" in row else (stats["prefill_seconds"], stats["decode_seconds"])
-        batches[key] = {"prefill": stats["prefill_seconds"], "seconds": stats["seconds"]}
+        if "batch" in row:
+            key, seconds = row["batch"]["id"], row["batch"]["seconds"]
+        else:
+            key, seconds = stats["prefill_seconds"], stats["seconds"]
+        batch = batches.setdefault(key, {"prefill": stats["prefill_seconds"], "seconds": 0.0})
+        batch["seconds"] = max(batch["seconds"], seconds)
     prefill = sum(b["prefill"] for b in batches.values())
     seconds = sum(b["seconds"] for b in batches.values())
     return {
@@ -82,18 +88,19 @@ def figures(case: str, rows: list[dict[str, Any]], wall: float) -> dict[str, Any
     }
 
 
-def run_case(case: str, work: Path) -> dict[str, Any]:
-    result: dict[str, Any] = {}
+def output_path(case: str, mode: str, work: Path) -> Path:
+    return work / f"{case}-{mode}" if CASES[case][0] != "decode" else work / f"{case}-{mode}.jsonl"
+
+
+def compare(case: str, work: Path, result: dict[str, Any]) -> dict[str, Any]:
+    """Each mode's figures from what its run wrote (``result`` holds each run's command and wall),
+    whether both wrote the same tokens, and the ratios."""
     outputs = {}
     for mode in ("on", "off"):
-        out = work / f"{case}-{mode}" if CASES[case][0] != "decode" else work / f"{case}-{mode}.jsonl"
-        argv = command(case, mode, out)
-        start = time.perf_counter()
-        subprocess.run(argv, check=True)
-        rows = records(case, out)
-        result[mode] = {"command": " ".join(argv[1:]), **figures(case, rows, time.perf_counter() - start)}
+        rows = records(case, output_path(case, mode, work))
+        measured = figures(case, rows, result[mode]["process_wall_seconds"])
+        result[mode] = {"command": result[mode]["command"], **measured}
         outputs[mode] = [(row.get("id"), row.get("token_ids", row.get("completion"))) for row in rows]
-        print(case, mode, json.dumps(result[mode]), flush=True)
     same = sum(a == b for a, b in zip(outputs["on"], outputs["off"], strict=True))
     result["identical_outputs"] = f"{same}/{len(outputs['on'])}"
     result["prefill_ratio"] = (
@@ -101,6 +108,17 @@ def run_case(case: str, work: Path) -> dict[str, Any]:
     )
     result["throughput_ratio"] = result["on"]["items_per_minute"] / result["off"]["items_per_minute"]
     return result
+
+
+def run_case(case: str, work: Path) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for mode in ("on", "off"):
+        argv = command(case, mode, output_path(case, mode, work))
+        start = time.perf_counter()
+        subprocess.run(argv, check=True)
+        result[mode] = {"command": " ".join(argv[1:]), "process_wall_seconds": time.perf_counter() - start}
+        print(case, mode, f"{result[mode]['process_wall_seconds']:.1f} s", flush=True)
+    return compare(case, work, result)
 
 
 def prefix_memory(tokens: int, dtype_bytes: int) -> dict[str, float]:
@@ -123,14 +141,23 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="JSON record to write (and resume from)")
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--work", default="runs/prefix-cache", help="folder for the runs' outputs")
+    parser.add_argument(
+        "--recompute", action="store_true", help="recompute the record's figures from the runs' outputs"
+    )
     args = parser.parse_args()
     out, work = Path(args.out), Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     record = json.loads(out.read_text()) if out.exists() else {"cases": {}}
-    record.update(provenance())
+    if args.recompute:  # the runs keep their provenance; the figures say who recomputed them
+        record["recomputed"] = provenance()
+    else:
+        record.update(provenance())
     record["auto_dtype"] = choose_dtype("auto", "cpu")[0]
     for case in args.cases:
+        if case in record["cases"] and args.recompute:
+            record["cases"][case] = compare(case, work, record["cases"][case])
         if case in record["cases"]:
+            out.write_text(json.dumps(record, indent=1) + "\n")
             continue
         record["cases"][case] = run_case(case, work)
         on = record["cases"][case]["on"]

@@ -132,6 +132,13 @@ def test_prefix_is_forwarded_once_per_model_for_a_whole_job(pair, tokenizer):
         prefill_calls + verify,
         prefill_tokens + verify,
     )
+    # --prefix-cache off: nothing shared, every row forwarded whole (the four equal rows too)
+    counter = ForwardCounter(target)
+    try:
+        make_decoder(pair, None, {"method": "sd"}, 0.0).generate_batch([prompts[0]] * 4, 1)
+    finally:
+        counter.handle.remove()
+    assert (counter.calls, counter.tokens) == (4 + 1, 4 * (len(prompts[0]) - 1) + 1)
     per_token = 2 * target.config.num_key_value_heads * (target.config.hidden_size // 4) * 4  # fp32 K and V
     assert prefix.nbytes(target) == len(prefix) * per_token * target.config.num_hidden_layers
 
@@ -161,8 +168,8 @@ def test_shared_prefix_keeps_only_the_tokens_prompts_share(tokenizer):
     prompts = [tokenizer(PREFIX + s).input_ids for s in SUFFIXES[:2]]
     prefix = shared_prefix(tokenizer, PREFIX + "7-", False, prompts)  # a prefix longer than one prompt shares
     assert prefix is not None and list(prefix.ids) == tokenizer(PREFIX + "7-").input_ids
-    assert shared_prefix(tokenizer, "", False, prompts) is None
-    assert shared_prefix(tokenizer, "Zzz", False, prompts) is None
+    assert len(shared_prefix(tokenizer, "", False, prompts)) == 0  # HumanEval: whole prompts still shared
+    assert len(shared_prefix(tokenizer, "Zzz", False, prompts)) == 0
     chat = shared_prefix(tokenizer, PREFIX, True, [prompt_ids(tokenizer, PREFIX + "1?", True)])
     assert chat is not None and len(chat) > len(tokenizer(PREFIX).input_ids)  # the template's start too
 
