@@ -168,10 +168,8 @@ def run_decode(
     print(f"{job.dataset} {job.config.method.value}: {_readiness()}", file=sys.stderr)
     task = get_task(job.dataset)
     prompts = {index: prompt_ids(tokenizer, example.prompt, job.chat) for index, example in todo}
-    prefix = None
-    if prefix_cache:
-        prefix = shared_prefix(tokenizer, todo[0][1].prefix, job.chat, prompts.values())
-    if prefix is not None:
+    prefix = shared_prefix(tokenizer, todo[0][1].prefix, job.chat, prompts.values()) if prefix_cache else None
+    if prefix:
         print(f"{job.dataset}: {len(prefix)} shared prompt tokens, prefilled once per model", file=sys.stderr)
     decoder = stack.decoder(job.config, task.stop_strings, prefix=prefix)
     settings, digest = job.settings(), job.settings_hash()

@@ -219,9 +219,9 @@ def collect_traces(
     tokenizer = stack.tokenizer
     task = get_task(job.dataset)
     prompts = {e.id: prompt_ids(tokenizer, e.prompt, job.chat) for e in examples}
-    prefix = None
-    if prefix_cache:
-        prefix = shared_prefix(tokenizer, examples[0].prefix, job.chat, prompts.values())
+    prefix = (
+        shared_prefix(tokenizer, examples[0].prefix, job.chat, prompts.values()) if prefix_cache else None
+    )
     bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not progress)
     for name, weight in behaviours:
         decoder = stack.decoder(behaviour_config(job, weight), traces=True, prefix=prefix)
