@@ -37,6 +37,18 @@ def pair(tokenizer):
 
 
 @pytest.fixture(scope="session")
+def varied_head(pair):
+    """A head whose weight varies from token to token (a fresh head is exactly 0.5 everywhere)."""
+    from diversed.head import EnsembleHead
+
+    target, draft = pair
+    head = EnsembleHead(draft.config.hidden_size, target.config.hidden_size)
+    with torch.no_grad():
+        head.out.weight.copy_(torch.randn(head.out.weight.shape, generator=torch.Generator().manual_seed(3)))
+    return head
+
+
+@pytest.fixture(scope="session")
 def small_vocab_pair():
     """An 8-token pair whose distributions differ (TV about 0.3), for exact distribution tests."""
     return tiny_pair(vocab_size=8, hidden=16, target_layers=2, draft_layers=1, layer_scale=0.3, seed=0)

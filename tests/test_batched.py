@@ -9,10 +9,8 @@ change nothing. Sampling identity holds because each row owns its random stream.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from diversed import DecodeConfig, Decoder
-from diversed.head import EnsembleHead
 
 PROMPTS = ["def f(x):\n    return", "a", "The quick brown fox jumps over", "import os\nimport sys\n\n"]
 BUDGETS = [24, 9, 20, 24]
@@ -29,16 +27,6 @@ METHODS = [
     {"method": "cascade", "cascade_rule": "token", "cascade_alpha": 0.35},
     {"method": "diversed"},
 ]
-
-
-@pytest.fixture(scope="module")
-def varied_head(pair):
-    """A head whose weight varies from token to token (a fresh head is exactly 0.5 everywhere)."""
-    target, draft = pair
-    head = EnsembleHead(draft.config.hidden_size, target.config.hidden_size)
-    with torch.no_grad():
-        head.out.weight.copy_(torch.randn(head.out.weight.shape, generator=torch.Generator().manual_seed(3)))
-    return head
 
 
 def decoder(pair, head, settings: dict, schedule: str, temperature: float, eos: list[int]) -> Decoder:

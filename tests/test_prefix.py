@@ -14,13 +14,13 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_batched import METHODS, summary
 
 from diversed import DecodeConfig, Decoder
 from diversed.cli import main
 from diversed.data import TASKS
 from diversed.data.tasks import CNNDM
 from diversed.engine.prefix import SharedPrefix
-from diversed.head import EnsembleHead
 from diversed.models import prompt_ids, shared_prefix
 from diversed.tiny import write_tiny_pair
 
@@ -28,24 +28,6 @@ PREFIX = "Question: 2+2?\nAnswer: 4\n\nQuestion: 3*3?\nAnswer: 9\n\nQuestion: "
 SUFFIXES = ["7-5?\nAnswer:", "a much longer question, 12*12?\nAnswer:", "", "8/2?\nAnswer:"]
 BUDGETS = [20, 16, 1, 20]  # the third row ends in its first block
 SEEDS = [3, 4, 5, 6]
-COUNTERS = ("new_tokens", "drafted", "accepted", "blocks", "target_forwards", "draft_forwards")
-METHODS = [
-    {"method": "auto"},
-    {"method": "sd"},
-    {"method": "lossy", "lenience": 0.5},
-    {"method": "static", "target_weight": 0.6},
-    {"method": "cascade", "cascade_rule": "token", "cascade_alpha": 0.35},
-    {"method": "diversed"},
-]
-
-
-@pytest.fixture(scope="module")
-def varied_head(pair):
-    target, draft = pair
-    head = EnsembleHead(draft.config.hidden_size, target.config.hidden_size)
-    with torch.no_grad():
-        head.out.weight.copy_(torch.randn(head.out.weight.shape, generator=torch.Generator().manual_seed(3)))
-    return head
 
 
 def make_decoder(pair, head, settings, temperature, prefix=None, eos=(), schedule="constant") -> Decoder:
@@ -55,11 +37,6 @@ def make_decoder(pair, head, settings, temperature, prefix=None, eos=(), schedul
     draft = None if settings["method"] == "auto" else pair[1]
     use_head = head if settings["method"] == "diversed" else None
     return Decoder(pair[0], draft, config, head=use_head, eos_token_ids=eos, prefix=prefix)
-
-
-def summary(generation) -> tuple:
-    stats = generation.stats
-    return (generation.token_ids, generation.finish_reason, *(getattr(stats, c) for c in COUNTERS))
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

@@ -14,6 +14,7 @@ from diversed.cli.flags import (
     add_prefix_flag,
     check_method_inputs,
     decode_config,
+    from_args,
 )
 from diversed.config import DTYPES, QUANTIZE
 from diversed.methods import Method
@@ -53,19 +54,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     config = decode_config(args)
     check_method_inputs(config, args)
     head = args.head if config.method is Method.DIVERSED else None
-    job = DecodeJob(
-        args.dataset,
-        args.split,
-        args.n_examples,
-        args.target,
-        args.draft,
-        config,
-        args.chat,
-        args.dtype,
-        head=head,
-        quantize=args.quantize,
-        draft_transform=args.draft_transform,
-    )
+    job = from_args(DecodeJob, args, config=config, head=head)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         print(
@@ -114,21 +103,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from diversed.bench import BenchSpec, run_bench
 
-    spec = BenchSpec(
-        out=args.out,
-        target=args.target,
-        draft=args.draft,
-        dtype=args.dtype,
-        quantize=args.quantize,
+    spec = from_args(
+        BenchSpec,
+        args,
         prompts=tuple(args.prompts or ()),
-        dataset=args.dataset,
-        n_prompts=args.n_prompts,
-        data_dir=args.data_dir,
         batch_sizes=tuple(args.batch_sizes),
-        max_new_tokens=args.max_new_tokens,
-        num_assistant_tokens=args.num_assistant_tokens,
-        repeats=args.repeats,
-        threads=args.threads,
         onednn=not args.no_onednn,
     )
     run_bench(spec)

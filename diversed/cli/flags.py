@@ -80,6 +80,13 @@ def check_method_inputs(config: DecodeConfig, args: argparse.Namespace) -> None:
         raise ConfigError("method 'diversed' needs --head (a folder written by `diversed train-head`)")
 
 
+def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
+    """An instance of dataclass ``cls`` from the same-named attributes of ``args``; ``overrides``
+    win (for flags whose value needs converting), and fields without a flag keep their default."""
+    values = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+    return cls(**{**values, **overrides})
+
+
 def add_prefix_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prefix-cache",

@@ -5,30 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from diversed.cli.flags import add_data_flags, add_model_flags, add_prefix_flag
+from diversed.cli.flags import add_data_flags, add_model_flags, add_prefix_flag, from_args
 
 
 def cmd_collect_traces(args: argparse.Namespace) -> int:
     from diversed.traces import TraceJob, collect_traces
 
-    job = TraceJob(
-        dataset=args.dataset,
-        split=args.split,
-        n_examples=args.n_examples,
-        target=args.target,
-        draft=args.draft,
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        behaviour_weights=tuple(args.behaviour_weights),
-        head=args.head,
-        draft_length=args.draft_length,
-        chat=args.chat,
-        dtype=args.dtype,
-        quantize=args.quantize,
-        seed=args.seed,
-        rollouts=args.rollouts,
-        draft_transform=args.draft_transform,
-    )
+    job = from_args(TraceJob, args, behaviour_weights=tuple(args.behaviour_weights))
     out = collect_traces(
         job,
         args.out,
@@ -47,16 +30,7 @@ def cmd_collect_traces(args: argparse.Namespace) -> int:
 def cmd_train_head(args: argparse.Namespace) -> int:
     from diversed.training import TrainConfig, plot_weight_histogram, train_from_traces
 
-    cfg = TrainConfig(
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        reg_lambda=args.reg_lambda[0],
-        reg_scale=args.reg_scale,
-        baseline=args.baseline,
-        hidden=args.hidden,
-        seed=args.seed,
-    )
+    cfg = from_args(TrainConfig, args, reg_lambda=args.reg_lambda[0])
     log_step = (lambda step, figures: args.tracker.metrics(figures, step)) if args.tracker else None
     card = train_from_traces(
         args.traces,
