@@ -1,8 +1,9 @@
-"""The paper's pictures from the workflow's score rows (:func:`diversed.report.load_scores`), one
-panel per dataset and temperature: quality against acceptance and against time, with error bars
-(95% bootstrap intervals), the static-ensemble sweep as a labelled line, a marker per method and
-DIVERSED distinct (the paper's Pareto picture); speed-up against draft length with Leviathan's
-prediction from the measured acceptance alpha, draft/target step ratio c and verification cost.
+"""The paper's pictures from the workflow's score rows (:func:`diversed.report.load_scores`), and
+the histogram of each head's w on its decoded test tokens. One panel per dataset and temperature:
+quality against acceptance and against time, with error bars (95% bootstrap intervals), the
+static-ensemble sweep as a labelled line, a marker per method and DIVERSED distinct (the paper's
+Pareto picture); speed-up against draft length with Leviathan's prediction from the measured
+acceptance alpha, draft/target step ratio c and verification cost.
 """
 
 from __future__ import annotations
@@ -51,13 +52,36 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
             ax.set_ylabel(f"{mine[0]['quality_name']} (95% CI)" if mine else "quality")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="best")
-        fig.tight_layout()
-        for suffix in (".png", ".svg"):
-            fig.savefig(out / f"{name}{suffix}", dpi=120)
-            written.append(out / f"{name}{suffix}")
-        plt.close(fig)
+        written += _save(fig, out, name, plt)
     written += _speedup_plot(rows, datasets, out, plt)
+    written += _weights_plot(rows, out, plt)
     return written
+
+
+def _weights_plot(rows, out: Path, plt) -> list[Path]:
+    """Histogram of w on the decoded test tokens, one panel per setting with per-token weights."""
+    weighted = [r for r in rows if r.get("w_test")]
+    if not weighted:
+        return []
+    fig, axes = plt.subplots(1, len(weighted), figsize=(4.5 * len(weighted), 3.2), squeeze=False)
+    for ax, r in zip(axes[0], weighted, strict=True):
+        w = r["w_test"]
+        ax.stairs(w["histogram"]["counts"], w["histogram"]["edges"], fill=True, alpha=0.7)
+        title = f"{r['dataset']} {r['setting']}: mean {w['w_mean']:.2f}, std {w['w_std']:.2f}"
+        ax.set_title(f"{title} (n = {w['tokens']})", fontsize=8)
+        ax.set_xlabel("target weight w on decoded tokens")
+        ax.set_ylabel("tokens")
+    return _save(fig, out, "w_test_histogram", plt)
+
+
+def _save(fig, out: Path, name: str, plt) -> list[Path]:
+    """``name``.png and .svg in ``out``; the figure is closed."""
+    fig.tight_layout()
+    paths = [out / f"{name}{suffix}" for suffix in (".png", ".svg")]
+    for path in paths:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return paths
 
 
 MARKERS = {"auto": "s", "sd": "o", "lossy": "v", "cascade": "D", "diversed": "*"}
@@ -175,10 +199,4 @@ def _speedup_plot(rows, datasets, out: Path, plt) -> list[Path]:
             ax.legend(fontsize=7)
         else:  # no auto cell to measure against yet
             ax.text(0.5, 0.5, "no auto run at this temperature", ha="center", transform=ax.transAxes)
-    fig.tight_layout()
-    paths = []
-    for suffix in (".png", ".svg"):
-        fig.savefig(out / f"speedup_vs_draft_length{suffix}", dpi=120)
-        paths.append(out / f"speedup_vs_draft_length{suffix}")
-    plt.close(fig)
-    return paths
+    return _save(fig, out, "speedup_vs_draft_length", plt)

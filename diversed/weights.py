@@ -36,7 +36,8 @@ def _correlation(xs: list[float], ys: list[float]) -> float | None:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
     sxx, syy = sum((x - mx) ** 2 for x in xs), sum((y - my) ** 2 for y in ys)
-    return sxy / math.sqrt(sxx * syy) if sxx > 0 and syy > 0 else None
+    flat = 1e-12 * len(xs)  # a weight that is constant up to rounding correlates with nothing
+    return sxy / math.sqrt(sxx * syy) if sxx > flat and syy > flat else None
 
 
 def weight_statistics(records: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
