@@ -63,6 +63,7 @@ from diversed.engine.state import (
     Generation,
     Row,
     Verified,
+    per_row,
     trace_fields,
 )
 from diversed.engine.stats import GenerationStats
@@ -139,8 +140,8 @@ class Decoder:
         if not prompts or any(not p for p in prompts):
             raise ValueError("every prompt must hold at least one token")
         count = len(prompts)
-        budgets = self._per_row(max_new_tokens, self.config.max_new_tokens, count, "max_new_tokens")
-        seeds = self._per_row(seeds, self.config.seed, count, "seeds")
+        budgets = per_row(max_new_tokens, self.config.max_new_tokens, count, "max_new_tokens")
+        seeds = per_row(seeds, self.config.seed, count, "seeds")
         batch = self._prefill(prompts, budgets, seeds)
         done: list[Row] = []
         start = time.perf_counter()
@@ -289,16 +290,6 @@ class Decoder:
             trace = {k: torch.cat([t[k] for t in row.trace])[: len(row.generated)] for k in TRACE_FIELDS}
         token_stats = row.token_stats[: len(row.generated)] if self.rule.needs_hidden_states else None
         return Generation(row.generated, row.finish, row.stats, trace, token_stats)
-
-    @staticmethod
-    def _per_row(value: int | Sequence[int] | None, default: int, count: int, name: str) -> list[int]:
-        if value is None:
-            return [default] * count
-        if isinstance(value, int):
-            return [value] * count
-        if len(value) != count:
-            raise ValueError(f"{name} has {len(value)} entries for {count} prompts")
-        return list(value)
 
     def _draft(self, batch: Batch) -> Draft | None:
         """Draw up to each row's limit of draft tokens (its schedule's, within its budget), with the

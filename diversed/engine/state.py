@@ -7,7 +7,7 @@ shared by the batch (both caches, random streams, the next feed) in :class:`Batc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -17,6 +17,18 @@ from diversed.engine.rules import Block, total_variation
 from diversed.engine.sampling import RowRandom
 from diversed.engine.schedules import DraftSchedule
 from diversed.engine.stats import GenerationStats
+
+
+def per_row(value: int | Sequence[int] | None, default: int, count: int, name: str) -> list[int]:
+    """One value for each of ``count`` prompts: the default, one value for all, or one each."""
+    if value is None:
+        return [default] * count
+    if isinstance(value, int):
+        return [value] * count
+    if len(value) != count:
+        raise ValueError(f"{name} has {len(value)} entries for {count} prompts")
+    return list(value)
+
 
 # A head maps the draft's and the target's last-layer hidden states of the drafted positions,
 # [..., d_draft] and [..., d_target], to target weights w in [0, 1] of shape [...].
