@@ -89,21 +89,19 @@ def train_head(
         rng.shuffle(order)
         for start in range(0, len(order), cfg.batch_size):
             batch = order[start : start + cfg.batch_size]
-            batch_mean = sum(t.reward for t in batch) / len(batch)
             if baseline_kind == "group":
-                baseline = None
-            elif baseline_kind == "minus_one":
-                baseline = 1.0
-            elif baseline_kind == "running":
-                baseline = batch_mean if running is None else running
-                running = batch_mean if running is None else 0.9 * running + 0.1 * batch_mean
+                advantages = [grouped[t.id] for t in batch]
             else:
-                baseline = batch_mean
-            if baseline is None:
-                advantages = torch.tensor([grouped[t.id] for t in batch])
-            else:
-                advantages = torch.tensor([t.reward - baseline for t in batch])
-            loss, figures = batch_loss(head, batch, advantages, cfg)
+                batch_mean = sum(t.reward for t in batch) / len(batch)
+                if baseline_kind == "minus_one":
+                    baseline = 1.0
+                elif baseline_kind == "running":
+                    baseline = batch_mean if running is None else running
+                    running = batch_mean if running is None else 0.9 * running + 0.1 * batch_mean
+                else:
+                    baseline = batch_mean
+                advantages = [t.reward - baseline for t in batch]
+            loss, figures = batch_loss(head, batch, torch.tensor(advantages), cfg)
             optimiser.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(head.parameters(), cfg.max_grad_norm)
