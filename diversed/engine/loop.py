@@ -158,16 +158,15 @@ class Decoder:
     def _prefill(self, prompts: Sequence[list[int]], budgets: list[int], seeds: list[int]) -> Batch:
         """Both caches hold every prompt token but the last, which the first block feeds."""
         count, device = len(prompts), self.target.device
+        heads = [list(p[:-1]) for p in prompts]
         rows = []
         for index, budget in enumerate(budgets):
             schedule = copy.deepcopy(self.schedule)
             schedule.begin()
-            heads = list(prompts[index][:-1])
-            prefix = self.prefix.common_length(heads) if self.prefix else 0
+            prefix = self.prefix.common_length(heads[index]) if self.prefix else 0
             stats = GenerationStats(batch_size=count, prefix_tokens=prefix)
             rows.append(Row(index, budget, schedule, stats, []))
         start = time.perf_counter()
-        heads = [list(p[:-1]) for p in prompts]
         target_cache = RaggedCache(self.target, count)
         target_cache.prefill(heads, self.prefix)
         draft_cache = None
