@@ -31,13 +31,20 @@ class Stack:
     head: EnsembleHead | None
     eos_ids: set[int]
 
-    def decoder(self, config: DecodeConfig, stop_strings: Iterable[str] = (), **kwargs: Any) -> Decoder:
-        """A decoder for one setting over this stack (``kwargs``: ``traces``, ``prefix``)."""
+    def decoder(
+        self,
+        config: DecodeConfig,
+        stop_strings: Iterable[str] = (),
+        head: EnsembleHead | None = None,
+        **kwargs: Any,
+    ) -> Decoder:
+        """A decoder for one setting over this stack (``kwargs``: ``traces``, ``prefix``); ``head``
+        replaces the stack's own (the on-policy check decodes under two heads on one stack)."""
         return Decoder(
             self.target,
             self.draft if config.method.speculative else None,
             config,
-            head=self.head,
+            head=head if head is not None else self.head,
             eos_token_ids=self.eos_ids,
             stop_strings=stop_strings,
             decode_text=self.tokenizer.decode,

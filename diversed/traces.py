@@ -6,7 +6,8 @@ decoding against v = mu (exact, like ``static``), batched, in the engine's trace
 sequence costs a target forward per block rather than per token. For every generated token y the
 trace keeps what training needs, so training never runs an LM: both last-layer hidden states
 (fp16), p(y), q(y), TV(p, q) and mu(y). For every sequence it keeps the completion, the extracted
-answer and the task reward.
+answer and the task reward. A rollout ends where a decode of the task ends (EOS, the task's stop
+strings, the budget): tokens past the answer would cost time and carry a reward they did not earn.
 
 Layout: ``<out>/seq-NNNNN.safetensors`` + ``seq-NNNNN.json`` per sequence, and ``manifest.json``
 (settings, their hash, finished sequences), each written atomically, so a killed collection
@@ -224,7 +225,7 @@ def collect_traces(
     )
     bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not progress)
     for name, weight in behaviours:
-        decoder = stack.decoder(behaviour_config(job, weight), traces=True, prefix=prefix)
+        decoder = stack.decoder(behaviour_config(job, weight), task.stop_strings, traces=True, prefix=prefix)
         mine = [item for item in todo if item[1] == name]
         for first in range(0, len(mine), batch_size):
             batch = mine[first : first + batch_size]

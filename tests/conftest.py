@@ -78,3 +78,18 @@ def canonical_decode_file(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def cnndm_data(tmp_path_factory):
+    """A CNN/DM train split of six short stories and the one-shot example (never a prompt)."""
+    from diversed.data.tasks import CNNDM
+
+    root = tmp_path_factory.mktemp("data")
+    shot = {"id": CNNDM.SHOT_ID, "article": "Daniel Radcliffe turns 18.", "highlights": "Radcliffe is 18."}
+    train = [shot] + [
+        {"id": f"{i:040d}", "article": f"Story {i} here.", "highlights": f"Story {i}."} for i in range(6)
+    ]
+    (root / "cnndm").mkdir()
+    (root / "cnndm" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
+    return root

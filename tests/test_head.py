@@ -278,18 +278,6 @@ def test_traces_from_a_retrained_head_are_stale(tmp_path):
     assert not (out / "seq-00000.json").exists() and not (out / "manifest.json").exists()
 
 
-@pytest.fixture(scope="module")
-def cnndm_data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    shot = {"id": CNNDM.SHOT_ID, "article": "Daniel Radcliffe turns 18.", "highlights": "Radcliffe is 18."}
-    train = [shot] + [
-        {"id": f"{i:040d}", "article": f"Story {i} here.", "highlights": f"Story {i}."} for i in range(6)
-    ]
-    (root / "cnndm").mkdir()
-    (root / "cnndm" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
-    return root
-
-
 def test_collect_traces_then_train_head_then_decode(tmp_path, cnndm_data, capsys):
     target, draft = write_tiny_pair(tmp_path / "models")
     traces = tmp_path / "traces"

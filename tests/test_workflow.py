@@ -162,6 +162,7 @@ def test_head_rounds_chain_and_the_diversed_cell_uses_the_last(workdir):
     card = json.loads((heads / "r2" / "head.json").read_text())
     assert card["init"] == "results/heads/mbpp/r1" and len(card["traces"]) == 2
     assert card["selection"]["chosen"] in card["selection"]["candidates"]
+    assert card["check"]["kept"] in ("candidate", "start") and "rule" in card["check"]  # checked on-policy
     assert {"w_mean", "w_std", "w_below_0.1", "w_above_0.9"} <= set(card["metrics"])
     assert (heads / "r2" / "w_histogram.png").stat().st_size > 0
     second = json.loads((workdir / "results" / "traces" / "mbpp" / "r2" / "manifest.json").read_text())

@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_stage_times(sub)
     training.add_collect_traces(sub)
     training.add_train_head(sub)
+    training.add_check_head(sub)
     decoding.add_bench(sub)
     return parser
 

@@ -1,9 +1,10 @@
-"""Commands of the DIVERSED head: ``collect-traces`` and ``train-head``."""
+"""Commands of the DIVERSED head: ``collect-traces``, ``train-head`` and ``check-head``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from diversed.cli.flags import add_data_flags, add_model_flags, add_prefix_flag, from_args
 
@@ -46,6 +47,27 @@ def cmd_train_head(args: argparse.Namespace) -> int:
     )
     plot_weight_histogram(card, args.out)  # beside head.json: a tracked run logs the whole folder
     print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
+    return 0
+
+
+def cmd_check_head(args: argparse.Namespace) -> int:
+    from diversed.training import plot_weight_histogram
+    from diversed.training.check import CheckJob, check_head
+
+    record = check_head(
+        args.candidate,
+        args.out,
+        args.traces,
+        from_args(CheckJob, args),
+        args.start,
+        args.log,
+        args.data_dir,
+        not args.no_hub,
+        args.device,
+        args.batch_size,
+    )
+    plot_weight_histogram(json.loads((Path(args.out) / "head.json").read_text()), args.out)
+    print(json.dumps({k: v for k, v in record.items() if k != "job"}, indent=2))
     return 0
 
 
@@ -146,3 +168,35 @@ def add_train_head(sub: argparse._SubParsersAction) -> None:
     tr.add_argument("--seed", type=int, default=42, help="seed (42)")
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     tr.set_defaults(func=cmd_train_head)
+
+
+def add_check_head(sub: argparse._SubParsersAction) -> None:
+    ch = sub.add_parser(
+        "check-head",
+        help="roll out held-out train prompts under a trained head and its starting head; keep the head only"
+        " if its reward and acceptance hold up on-policy",
+    )
+    add_model_flags(ch, draft_required=True)
+    ch.add_argument("--candidate", required=True, help="the head folder train-head wrote")
+    ch.add_argument(
+        "--traces", required=True, nargs="+", help="its trace folders: their prompts are never checked on"
+    )
+    ch.add_argument("--start", help="the head the round started from (default: the untrained one, w = 0.5)")
+    ch.add_argument("--out", required=True, help="folder for the kept head (the candidate's, or the start's)")
+    ch.add_argument("--log", help="rollouts, JSON lines, to resume from (default: OUT.check.jsonl)")
+    ch.add_argument("--dataset", required=True, help="the traces' task")
+    ch.add_argument("--split", default="train", help="split of the held-out prompts (train)")
+    ch.add_argument("--n-examples", type=int, default=16, help="held-out prompts (16)")
+    ch.add_argument("--rollouts", type=int, default=2, help="samples of each prompt under each head (2)")
+    ch.add_argument("--max-new-tokens", type=int, default=128, help="tokens per rollout (128)")
+    ch.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, > 0 (1.0)")
+    ch.add_argument("--draft-length", type=int, default=4, help="tokens drafted per block (4)")
+    ch.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
+    ch.add_argument("--seed", type=int, default=1042, help="orders the split and seeds the rollouts (1042)")
+    ch.add_argument(
+        "--tolerance", type=float, default=0.02, help="non-inferiority margin in reward units (0.02)"
+    )
+    ch.add_argument("--confidence", type=float, default=0.95, help="one-sided confidence of the bound (0.95)")
+    ch.add_argument("--batch-size", type=int, default=4, help="rollouts decoded together (4)")
+    add_data_flags(ch)
+    ch.set_defaults(func=cmd_check_head)

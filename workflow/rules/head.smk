@@ -1,6 +1,8 @@
 # Stage 4: train one DIVERSED ensemble head per training dataset and round on the traces so far
 # (cheap; no LM runs). Round r starts from round r - 1's head; lambda and the epoch are chosen on
-# validation prompts held out of the traces (never the test split).
+# validation prompts held out of the traces (never the test split). That candidate is then checked
+# on-policy: held-out train prompts rolled out under it and under the round's starting head; it is
+# kept only if its reward and acceptance hold up (diversed/training/check.py), else the start is.
 
 
 rule train_head:
@@ -8,7 +10,7 @@ rule train_head:
         traces=lambda w: [f"results/traces/{w.train_dataset}/r{r}.done" for r in range(1, int(w.round) + 1)],
         init=previous_head,
     output:
-        head=directory("results/heads/{train_dataset}/r{round}"),
+        head=directory("results/candidates/{train_dataset}/r{round}"),
     params:
         traces=lambda w, input: " ".join(t.removesuffix(".done") for t in input.traces),
         init=lambda w, input: f"--init {input.init[0]}" if input.init else "",
@@ -26,7 +28,7 @@ rule train_head:
     resources:
         gpu=GPU,
     log:
-        "results/logs/heads/{train_dataset}/r{round}.log",
+        "results/logs/candidates/{train_dataset}/r{round}.log",
     shell:
         "diversed --track train_head train-head --traces {params.traces} {params.init} --out {output.head}"
         " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr}"
@@ -34,3 +36,46 @@ rule train_head:
         " --validation-share {params.validation_share} --tolerance {params.tolerance}"
         " --confidence {params.confidence}"
         " --seed {params.seed} --quiet > {log} 2>&1"
+
+
+rule check_head:
+    input:
+        candidate="results/candidates/{train_dataset}/r{round}",
+        traces=lambda w: [f"results/traces/{w.train_dataset}/r{r}.done" for r in range(1, int(w.round) + 1)],
+        start=previous_head,
+    output:
+        head=directory("results/heads/{train_dataset}/r{round}"),
+    params:
+        traces=lambda w, input: " ".join(t.removesuffix(".done") for t in input.traces),
+        start=lambda w, input: f"--start {input.start[0]}" if input.start else "",
+        target=MODELS["target"],
+        draft=MODELS["draft"],
+        dtype=MODELS["dtype"],
+        quantize=MODELS["quantize"],
+        transform=transform_flag(),
+        dataset=lambda w: head_source(w.train_dataset)[0],
+        split=lambda w: head_source(w.train_dataset)[1],
+        n=HEAD["check_examples"],
+        rollouts=HEAD["check_rollouts"],
+        max_new_tokens=HEAD["max_new_tokens"],
+        temperature=HEAD["temperature"],
+        draft_length=HEAD["draft_length"],
+        batch_size=HEAD["batch_size"],
+        tolerance=HEAD["select_tolerance"],
+        confidence=HEAD["select_confidence"],
+        seed=lambda w: HEAD["seed"] + 1000 + int(w.round),
+        flags=data_flags(),
+        src=src_hash("training/check.py", "engine", "backends/cpu", "data/tasks.py", "control.py"),
+    threads: 2
+    resources:
+        gpu=GPU,
+    log:
+        "results/logs/heads/{train_dataset}/r{round}.log",
+    shell:
+        "(diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
+        " {params.start} --out {output.head} --log results/checks/{wildcards.train_dataset}/r{wildcards.round}.jsonl"
+        " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
+        " --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
+        " --draft-length {params.draft_length} --batch-size {params.batch_size} --tolerance {params.tolerance}"
+        " --confidence {params.confidence} --seed {params.seed} --target {params.target} --draft {params.draft}"
+        " {params.transform} --dtype {params.dtype} --quantize {params.quantize} {params.flags}) > {log} 2>&1"

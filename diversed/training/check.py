@@ -1,0 +1,285 @@
+"""The on-policy check: a trained head is kept only if rollouts under the head itself confirm it.
+
+Selection (:mod:`diversed.training.selection`) scores checkpoints off-policy, on traces another
+policy sampled, and its first-order reward estimate is unreliable for large moves: a head with
+w ~ 0.001 passed it with a positive lower bound and was 10 points worse on MBPP's test split. So
+before a round's head is used, train-split prompts that no trace of its training holds are rolled
+out G times under the candidate and under the head the round started from (the previous round's,
+or the untrained one: w = 0.5 everywhere), with the same seeds for both (common random numbers:
+the two arms differ by the head alone). The rule, with the prompt as the unit: keep the candidate
+when the one-sided ``confidence`` lower bound of its paired reward change is at least
+``-tolerance`` (reward units) and its paired acceptance change (accepted / drafted per prompt) is
+not negative; otherwise keep the starting head. Every rollout is appended to a JSON-lines log, so
+an interrupted check resumes; a log written for other heads or settings is started afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from diversed.config import DecodeConfig, check_range
+from diversed.data import DataError, Example, get_task, load_examples
+from diversed.files import read_json, read_resumable
+from diversed.head import CARD, EnsembleHead, load_head, save_head
+from diversed.traces import load_traces, task_reward
+from diversed.training.objective import head_weights
+from diversed.training.selection import lower_bound
+
+ARMS = ("candidate", "start")
+RECORD_START = b'{"id": '
+
+
+@dataclass(frozen=True)
+class CheckJob:
+    """What determines an on-policy check (besides the two heads)."""
+
+    dataset: str
+    target: str
+    draft: str
+    split: str = "train"
+    n_examples: int = 16  # held-out train prompts
+    rollouts: int = 2  # samples of each prompt under each head
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    draft_length: int = 4
+    chat: bool = False
+    dtype: str = "float32"
+    quantize: str = "none"
+    seed: int = 1042  # orders the split; the traces' prompts are excluded by id, whatever their seed
+    draft_transform: str | None = None
+    tolerance: float = 0.02
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        check_range("n_examples", self.n_examples, minimum=0)  # 0: not checked
+        check_range("rollouts", self.rollouts, minimum=1)
+        check_range("max_new_tokens", self.max_new_tokens, minimum=1)
+        check_range("temperature", self.temperature, exclusive_minimum=0)
+        check_range("draft_length", self.draft_length, minimum=1)
+        check_range("tolerance", self.tolerance, minimum=0)
+        check_range("confidence", self.confidence, exclusive_minimum=0.5, exclusive_maximum=1)
+
+
+def trained_prompts(traces: Sequence[str | Path]) -> set[str]:
+    """The example ids every trace folder of the head's training rolled out."""
+    ids: set[str] = set()
+    for folder in traces:
+        for sequence in read_json(Path(folder) / "manifest.json")["sequences"]:
+            ids.add(sequence.get("example_id") or sequence["id"].rsplit("@", 1)[0])
+    return ids
+
+
+def held_out(job: CheckJob, exclude: set[str], data_dir: str | Path | None, allow_hub: bool) -> list[Example]:
+    """The first ``n_examples`` prompts of the split (in the job's seeded order) that no trace holds."""
+    examples = load_examples(job.dataset, job.split, None, job.seed, data_dir, allow_hub)
+    fresh = [e for e in examples if e.id not in exclude][: job.n_examples]
+    if not fresh:
+        raise DataError(f"{job.dataset}/{job.split}: every prompt is in the traces; none is left to check on")
+    return fresh
+
+
+def decide(rows: Sequence[dict[str, Any]], tolerance: float, confidence: float) -> dict[str, Any]:
+    """The rule of the module docstring over the rollouts of both arms (prompts with both arms)."""
+    per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0.0, 0.0]))
+    for row in rows:
+        tally = per[row["example_id"]][row["arm"]]
+        for i, key in enumerate(("reward", "accepted", "drafted")):
+            tally[i] += row[key]
+        tally[3] += 1
+    rewards: list[float] = []
+    acceptance: list[float] = []
+    means = {arm: {"reward": 0.0, "acceptance": 0.0} for arm in ARMS}
+    prompts = [p for p, arms in per.items() if all(arm in arms and arms[arm][2] > 0 for arm in ARMS)]
+    for prompt in prompts:
+        figures = {
+            arm: (per[prompt][arm][0] / per[prompt][arm][3], per[prompt][arm][1] / per[prompt][arm][2])
+            for arm in ARMS
+        }
+        rewards.append(figures["candidate"][0] - figures["start"][0])
+        acceptance.append(figures["candidate"][1] - figures["start"][1])
+        for arm in ARMS:
+            means[arm]["reward"] += figures[arm][0] / len(prompts)
+            means[arm]["acceptance"] += figures[arm][1] / len(prompts)
+    if not prompts:
+        raise DataError("the on-policy check has no prompt rolled out under both heads")
+    reward_change, reward_low = lower_bound(torch.tensor(rewards), confidence)
+    accept_change = sum(acceptance) / len(acceptance)
+    keep = reward_low >= -tolerance and accept_change >= 0
+    return {
+        "prompts": len(prompts),
+        "rollouts": len(rows),
+        "candidate": means["candidate"],
+        "start": means["start"],
+        "reward_change": reward_change,
+        "reward_change_low": reward_low if reward_low != float("-inf") else None,
+        "acceptance_change": accept_change,
+        "kept": "candidate" if keep else "start",
+        "rule": (
+            f"keep the candidate when its paired reward change against the starting head has a one-sided "
+            f"{confidence:g} lower bound >= {-tolerance:g} and its acceptance change is >= 0 "
+            f"({len(prompts)} held-out train prompts rolled out under both)"
+        ),
+    }
+
+
+def _heads_digest(candidate: EnsembleHead, start: EnsembleHead, job: CheckJob) -> str:
+    """What the log's rollouts depend on: both heads' weights and the job's settings."""
+    digest = hashlib.sha256(json.dumps(asdict(job), sort_keys=True).encode())
+    for head in (candidate, start):
+        for name, value in sorted(head.state_dict().items()):
+            digest.update(name.encode() + value.float().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _read_log(path: Path, digest: str) -> list[dict[str, Any]]:
+    """The log's rollouts for these heads; a torn last line is cut, another check's log replaced."""
+    if not path.exists():
+        return []
+    rows, length = read_resumable(path, RECORD_START)
+    if any(row.get("digest") != digest for row in rows):
+        print(f"{path}: rollouts of another check (other heads or settings); starting afresh")
+        path.write_text("")
+        return []
+    with path.open("r+b") as handle:
+        handle.truncate(length)
+    return rows
+
+
+def rollout_arms(
+    job: CheckJob,
+    heads: dict[str, EnsembleHead],
+    examples: Sequence[Example],
+    log: Path,
+    digest: str,
+    done: set[str],
+    device: str = "cpu",
+    batch_size: int = 4,
+) -> list[dict[str, Any]]:
+    """Roll out every (prompt, rollout) under each arm's head that ``log`` lacks; append and return
+    the new rows. Rollout g of prompt i is seeded alike in both arms."""
+    from diversed.models import prompt_ids, shared_prefix
+    from diversed.stack import load_stack
+
+    order = [(i, e, g) for i, e in enumerate(examples) for g in range(job.rollouts)]
+    todo = {arm: [item for item in order if f"{item[1].id}#{item[2]}@{arm}" not in done] for arm in ARMS}
+    if not any(todo.values()):
+        return []
+    stack = load_stack(
+        job.target, job.draft, job.dtype, device, job.quantize, draft_transform=job.draft_transform
+    )
+    task = get_task(job.dataset)
+    prompts = {e.id: prompt_ids(stack.tokenizer, e.prompt, job.chat) for e in examples}
+    prefix = shared_prefix(stack.tokenizer, examples[0].prefix, job.chat, prompts.values())
+    config = DecodeConfig.from_dict(
+        {
+            "method": "diversed",
+            "temperature": job.temperature,
+            "num_assistant_tokens": job.draft_length,
+            "max_new_tokens": job.max_new_tokens,
+        }
+    )
+    rows = []
+    with log.open("a", encoding="utf-8") as sink:
+        for arm in ARMS:
+            decoder = stack.decoder(config, task.stop_strings, head=heads[arm], prefix=prefix)
+            for first in range(0, len(todo[arm]), batch_size):
+                batch = todo[arm][first : first + batch_size]
+                seeds = [job.seed * 100_003 + i * job.rollouts + g for i, _, g in batch]
+                results = decoder.generate_batch([prompts[e.id] for _, e, _ in batch], seeds=seeds)
+                for (_, example, g), result in zip(batch, results, strict=True):
+                    prediction = task.extract(
+                        stack.tokenizer.decode(result.token_ids, skip_special_tokens=True), example.record
+                    )
+                    row = {
+                        "id": f"{example.id}#{g}@{arm}",
+                        "example_id": example.id,
+                        "arm": arm,
+                        "reward": task_reward(job.dataset, prediction, example),
+                        "accepted": result.stats.accepted,
+                        "drafted": result.stats.drafted,
+                        "tokens": len(result.token_ids),
+                        "digest": digest,
+                    }
+                    sink.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    rows.append(row)
+                sink.flush()
+    return rows
+
+
+def _same(a: EnsembleHead, b: EnsembleHead) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def check_head(
+    candidate: str | Path,
+    out: str | Path,
+    traces: Sequence[str | Path],
+    job: CheckJob,
+    start: str | Path | None = None,
+    log: str | Path | None = None,
+    data_dir: str | Path | None = None,
+    allow_hub: bool = True,
+    device: str = "cpu",
+    batch_size: int = 4,
+) -> dict[str, Any]:
+    """Check ``candidate`` (a ``train-head`` folder) against ``start`` (the previous round's head,
+    else the untrained one) on held-out prompts; write the kept head to ``out`` with the check in
+    its card, and return the check's record."""
+    check_range("batch_size", batch_size, minimum=1)
+    candidate_dir, out_dir = Path(candidate), Path(out)
+    heads = {"candidate": load_head(candidate_dir)}
+    card = read_json(candidate_dir / CARD)
+    heads["start"] = load_head(start) if start else EnsembleHead(card["d_draft"], card["d_target"])
+    if _same(heads["candidate"], heads["start"]):
+        record: dict[str, Any] = {
+            "kept": "candidate",
+            "rule": "the candidate is the starting head: nothing to check",
+        }
+    else:
+        log_path = Path(log) if log else out_dir.with_name(out_dir.name + ".check.jsonl")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        digest = _heads_digest(heads["candidate"], heads["start"], job)
+        rows = _read_log(log_path, digest)
+        examples = held_out(job, trained_prompts(traces), data_dir, allow_hub)
+        wanted = {f"{e.id}#{g}@{arm}" for e in examples for g in range(job.rollouts) for arm in ARMS}
+        rows += rollout_arms(
+            job, heads, examples, log_path, digest, {r["id"] for r in rows}, device, batch_size
+        )
+        record = {
+            **decide([r for r in rows if r["id"] in wanted], job.tolerance, job.confidence),
+            "log": str(log_path),
+        }
+    record["job"] = asdict(job)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    if record["kept"] == "candidate":
+        shutil.copytree(candidate_dir, out_dir)
+        (out_dir / CARD).write_text(json.dumps({**card, "check": record}, indent=2) + "\n")
+        return record
+    from diversed.training.trainer import weight_summary
+
+    trajectories = [t for folder in traces for t in load_traces(folder)[0]]
+    summary = weight_summary(head_weights(heads["start"], trajectories))
+    refused = {"metrics": card.get("metrics"), "w_histogram": card.get("w_histogram")}
+    metrics = {k: v for k, v in summary.items() if k != "w_histogram"}
+    save_head(
+        heads["start"],
+        out_dir,
+        {
+            **card,
+            "check": {**record, "refused": refused},
+            "metrics": metrics,
+            "w_histogram": summary["w_histogram"],
+        },
+    )
+    return record

@@ -1,0 +1,117 @@
+"""The on-policy check of a trained head: its rule, its rollouts, its resumption."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from diversed.cli import main
+from diversed.head import EnsembleHead, load_head, save_head
+from diversed.tiny import write_tiny_pair
+from diversed.training.check import CheckJob, check_head, decide, trained_prompts
+
+
+def _rows(arm: str, rewards: list[float], accepted: int, prompts: int = 8) -> list[dict]:
+    """Two rollouts per prompt; rollout g of prompt i earns rewards[(i + g) % len(rewards)]."""
+    return [
+        {
+            "example_id": f"p{i}",
+            "arm": arm,
+            "reward": rewards[(i + g) % len(rewards)],
+            "accepted": accepted,
+            "drafted": 8,
+        }
+        for i in range(prompts)
+        for g in range(2)
+    ]
+
+
+def test_a_candidate_is_kept_when_reward_holds_and_acceptance_rises():
+    record = decide(_rows("candidate", [1.0, 0.0], 6) + _rows("start", [1.0, 0.0], 4), 0.02, 0.95)
+    assert record["kept"] == "candidate" and record["prompts"] == 8
+    assert record["reward_change"] == 0 and record["acceptance_change"] == pytest.approx(0.25)
+
+
+def test_a_candidate_that_loses_reward_on_policy_is_refused_however_much_it_accepts():
+    record = decide(_rows("candidate", [0.0, 0.0, 1.0], 8) + _rows("start", [1.0, 1.0, 0.0], 2), 0.02, 0.95)
+    assert record["kept"] == "start"
+    assert record["reward_change_low"] < -0.02 and record["acceptance_change"] > 0.5
+
+
+def test_a_candidate_that_accepts_less_is_refused_even_at_equal_reward():
+    record = decide(_rows("candidate", [1.0, 0.0], 3) + _rows("start", [1.0, 0.0], 4), 0.02, 0.95)
+    assert record["kept"] == "start" and record["acceptance_change"] < 0
+
+
+def _head(target_logit: float, d_draft: int, d_target: int) -> EnsembleHead:
+    """A head with w = sigmoid(target_logit) on every token."""
+    head = EnsembleHead(d_draft, d_target)
+    with torch.no_grad():
+        head.out.weight.zero_()
+        head.out.bias.copy_(torch.tensor([0.0, target_logit]))
+    return head
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory, cnndm_data):
+    """A tiny pair, a trace folder over 2 CNN/DM train prompts and the models' hidden sizes."""
+    root = tmp_path_factory.mktemp("check")
+    target, draft = write_tiny_pair(root / "models")
+    traces = root / "traces"
+    collect = [
+        *("collect-traces", "--dataset", "cnndm", "--n-examples", "2", "--max-new-tokens", "6"),
+        *("--target", str(target), "--draft", str(draft), "--behaviour-weights", "0.5"),
+        *("--out", str(traces), "--data-dir", str(cnndm_data), "--no-hub", "--quiet"),
+    ]
+    assert main(collect) == 0
+    sizes = (
+        json.loads((target / "config.json").read_text())["hidden_size"],
+        json.loads((draft / "config.json").read_text())["hidden_size"],
+    )
+    return root, target, draft, traces, sizes
+
+
+def _check(traced, cnndm_data, tmp_path, target_logit: float):
+    root, target, draft, traces, (d_target, d_draft) = traced
+    candidate = save_head(_head(target_logit, d_draft, d_target), tmp_path / "candidate", {"task": "cnndm"})
+    job = CheckJob("cnndm", str(target), str(draft), n_examples=3, rollouts=2, max_new_tokens=8)
+    record = check_head(candidate, tmp_path / "kept", [traces], job, data_dir=cnndm_data, allow_hub=False)
+    return record, job
+
+
+def test_check_keeps_a_head_that_accepts_more_and_rolls_out_only_unseen_prompts(traced, cnndm_data, tmp_path):
+    record, _ = _check(traced, cnndm_data, tmp_path, -5.0)  # w ~ 0.007: the draft is trusted
+    assert record["kept"] == "candidate" and record["prompts"] == 3 and record["rollouts"] == 12
+    assert record["acceptance_change"] > 0
+    rows = [json.loads(line) for line in (tmp_path / "kept.check.jsonl").read_text().splitlines()]
+    assert not {r["example_id"] for r in rows} & trained_prompts([traced[3]])
+    card = json.loads((tmp_path / "kept" / "head.json").read_text())
+    assert card["check"]["kept"] == "candidate"
+    assert float(load_head(tmp_path / "kept").out.bias[1].detach()) == pytest.approx(-5.0)
+
+
+def test_check_refuses_a_head_that_accepts_less_and_keeps_the_starting_one(traced, cnndm_data, tmp_path):
+    record, _ = _check(traced, cnndm_data, tmp_path, 5.0)  # w ~ 0.993: every draft token is checked hard
+    assert record["kept"] == "start" and record["acceptance_change"] < 0
+    card = json.loads((tmp_path / "kept" / "head.json").read_text())
+    assert card["check"]["kept"] == "start" and card["metrics"]["w_mean"] == pytest.approx(0.5)
+    assert card["check"]["refused"]["metrics"] is None  # the candidate's card had no training figures
+    kept = load_head(tmp_path / "kept")
+    assert torch.equal(kept.out.bias, torch.zeros(2))  # the untrained head: w = 0.5 everywhere
+
+
+def test_an_interrupted_check_resumes_from_its_log(traced, cnndm_data, tmp_path, monkeypatch):
+    first, job = _check(traced, cnndm_data, tmp_path, -5.0)
+    log = tmp_path / "kept.check.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join(lines[:-1]) + lines[-1][:20])  # the last rollout torn by a kill
+    again, _ = _check(traced, cnndm_data, tmp_path, -5.0)
+    assert again == first and log.read_text().splitlines(keepends=True) == lines
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished check loaded the models again")
+
+    monkeypatch.setattr("diversed.stack.load_stack", refuse)
+    assert _check(traced, cnndm_data, tmp_path, -5.0)[0] == first
