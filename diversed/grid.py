@@ -4,8 +4,10 @@ A grid entry is a partial decoding setting (knobs of :class:`~diversed.config.De
 may be lists, which are swept; every entry is crossed with the configured draft lengths and
 temperatures, unless it names its own ``temperature`` (a value or a list), which then replaces them.
 An entry may also name its own ``n_examples`` (a workflow key, not a decoding one: it is not among
-its flags), e.g. fewer examples for secondary cells of a study, and a ``diversed`` entry its own
-``head`` (a hand-made one such as ``oracle:digits`` instead of the trained head).
+its flags), e.g. fewer examples for secondary cells of a study, a ``diversed`` entry its own
+``head`` (a hand-made one such as ``oracle:digits`` instead of the trained head), and a ``static``
+entry ``matched_to: diversed``: its w is then the mean weight the trained head put on the tokens of
+the ``diversed`` cell with the same draft length and temperature (the head's direct comparator).
 Each setting is validated by :class:`DecodeConfig`, so the workflow accepts exactly what the CLI
 accepts, and gets a stable, readable name used in file names and tables.
 """
@@ -34,13 +36,15 @@ ABBREVIATIONS = {
     "top_p": "topp",
 }
 # Grid-entry keys that belong to the workflow, not to the decoding setting.
-WORKFLOW_KEYS = ("n_examples", "head")
+WORKFLOW_KEYS = ("n_examples", "head", "matched_to")
 
 
 def _name(values: dict[str, Any]) -> str:
     parts = [values["method"]]
     if "head" in values:
         parts.append(values["head"].replace(":", "-"))
+    if "matched_to" in values:
+        parts.append(f"matched-{values['matched_to']}")
     for key, abbreviation in ABBREVIATIONS.items():
         if key in values:
             parts.append(
@@ -81,6 +85,10 @@ def _expand_entry(
                 values["num_assistant_tokens"] = k
             values["method"] = method.value
             DecodeConfig.from_dict({**common, **values})  # raises ConfigError naming the key
+            if own_keys.get("matched_to") not in (None, "diversed") or (
+                "matched_to" in own_keys and method is not Method.STATIC
+            ):
+                raise ConfigError("matched_to: only a static entry can be matched, and only to diversed")
             settings[_name({**values, **own_keys})] = {**values, **own_keys}
     return settings
 

@@ -34,6 +34,8 @@ def setting_label(s: dict[str, Any]) -> str:
     """A short human name of a method setting, e.g. 'static w=0.7 k=5 T=0'."""
     method = s["method"]
     parts = [method]
+    if str(s.get("head", "")).startswith("oracle:"):  # a hand-made head is another method, not a source
+        parts.append(s["head"])
     if method == "static":
         parts.append(
             f"w={s['target_weight']:g}" + (" (logits)" if s.get("ensemble_space") == "logits" else "")

@@ -100,6 +100,17 @@ def test_weight_statistics_of_a_diversed_decode(model_dirs, tmp_path):
     score = tmp_path / "score.json"
     assert main(["score", "--dataset", "humaneval", "--in", str(out), "--out", str(score)]) == 0
     assert json.loads(score.read_text())["w_test"]["tokens"] == summary["tokens"]
+    # the head's direct comparator: static at the mean w the head put on these tokens
+    matched = tmp_path / "matched.jsonl"
+    base = [
+        *("decode", "--dataset", "humaneval", "--n-examples", "1", "--method", "static", "--target"),
+        *(str(target), "--draft", str(draft), "--max-new-tokens", "4", "--dtype", "float32", "--quiet"),
+    ]
+    assert main([*base, "--target-weight-from", str(out), "--out", str(matched)]) == 0
+    settings = json.loads(matched.read_text().splitlines()[0])["settings"]
+    assert settings["method"] == "static" and settings["target_weight"] == round(summary["w_mean"], 4)
+    with pytest.raises(SystemExit):  # a file without per-token weights is named, not read as w = 0.5
+        main([*base, "--target-weight-from", str(matched), "--out", str(tmp_path / "x.jsonl")])
 
 
 def test_token_classes():

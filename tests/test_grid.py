@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from diversed.config import ConfigError
 from diversed.grid import cli_flags, expand
 
 
@@ -30,3 +33,12 @@ def test_an_entry_may_name_its_own_example_count_outside_the_setting():
     assert "n_examples" not in settings["auto-T1"]
     assert "--n-examples" not in cli_flags(settings["sd-k4-T0"])
     assert cli_flags(settings["sd-k4-T0"]) == "--method sd --num-assistant-tokens 4 --temperature 0.0"
+
+
+def test_a_static_entry_matched_to_the_head_is_named_and_only_static_can_be():
+    grid = [{"method": "diversed"}, {"method": "static", "matched_to": "diversed"}]
+    settings = expand(grid, draft_lengths=[4], temperatures=[1.0], common={"max_new_tokens": 8})
+    assert sorted(settings) == ["diversed-k4-T1", "static-matched-diversed-k4-T1"]
+    assert "matched" not in cli_flags(settings["static-matched-diversed-k4-T1"])  # a workflow key
+    with pytest.raises(ConfigError, match=r"decode.grid\[0\].*matched_to"):
+        expand([{"method": "sd", "matched_to": "diversed"}], [4], [1.0], {"max_new_tokens": 8})

@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 
 from diversed.cli.flags import (
     add_data_flags,
@@ -16,7 +17,7 @@ from diversed.cli.flags import (
     decode_config,
     from_args,
 )
-from diversed.config import DTYPES, QUANTIZE
+from diversed.config import DTYPES, QUANTIZE, ConfigError, DecodeConfig
 from diversed.methods import Method
 
 
@@ -48,11 +49,27 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def matched_config(config: DecodeConfig, path: str) -> DecodeConfig:
+    """``static`` at the mean weight a DIVERSED head put on the tokens of a decode file: the fixed
+    weight that head is to beat (the same w on average, spent evenly instead of per token)."""
+    from diversed.files import read_jsonl
+    from diversed.weights import weight_statistics
+
+    if config.method is not Method.STATIC:
+        raise ConfigError(f"--target-weight-from sets a static weight; method is {config.method.value}")
+    statistics = weight_statistics(read_jsonl(path))
+    if statistics is None:
+        raise ConfigError(f"{path}: no record carries a head's per-token weights (a diversed decode file)")
+    return replace(config, target_weight=round(statistics["w_mean"], 4))
+
+
 def cmd_decode(args: argparse.Namespace) -> int:
     from diversed.decode_dataset import DecodeJob, run_decode
 
     config = decode_config(args)
     check_method_inputs(config, args)
+    if args.target_weight_from:
+        config = matched_config(config, args.target_weight_from)
     head = args.head if config.method is Method.DIVERSED else None
     job = from_args(DecodeJob, args, config=config, head=head)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -147,6 +164,12 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
     dec.add_argument("--out", required=True, help="JSONL file; rerun with the same arguments to resume")
     dec.add_argument("--quiet", action="store_true", help="no progress bar")
     dec.add_argument("--head", help="trained ensemble head folder (method diversed)")
+    dec.add_argument(
+        "--target-weight-from",
+        metavar="DECODE_JSONL",
+        help="method static: w = the mean weight the head of this diversed decode file put on its tokens"
+        " (the direct static comparator of that head)",
+    )
     dec.add_argument(
         "--batch-size", type=int, default=1, help="prompts decoded together (1); outputs do not depend on it"
     )

@@ -124,8 +124,21 @@ def end_tracking(status):
     end_invocation(status)
 
 
+def matched_cell(name):
+    """The diversed cell (trained head, same k and T) whose head's mean w a matched static cell uses."""
+    mine = SETTINGS[name]
+    for other, values in SETTINGS.items():
+        if values["method"] == "diversed" and "head" not in values and all(
+            values.get(k) == mine.get(k) for k in ("num_assistant_tokens", "temperature")
+        ):
+            return other
+    raise ValueError(f"decode.grid: {name} is matched to diversed, but no diversed cell has its k and T")
+
+
 def decode_inputs(wildcards):
     inputs = {"models": "results/models/ready.json"}
+    if "matched_to" in SETTINGS[wildcards.setting]:
+        inputs["matched"] = f"results/decode/{wildcards.dataset}/{matched_cell(wildcards.setting)}.jsonl"
     if SETTINGS[wildcards.setting]["method"] == "diversed" and "head" not in SETTINGS[wildcards.setting]:
         inputs["head"] = f"results/heads/{head_dataset(wildcards.dataset)}/r{HEAD['rounds']}"
     return inputs

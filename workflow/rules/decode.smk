@@ -18,6 +18,7 @@ rule decode:
         setting=lambda w: cli_flags(SETTINGS[w.setting]),
         max_new_tokens=DECODE["max_new_tokens"],
         head=head_flag,
+        matched=lambda w, input: f"--target-weight-from {input.matched}" if "matched" in input.keys() else "",
         transform=transform_flag(),
         flags=data_flags(),
         batch_size=DECODE["batch_size"],
@@ -31,6 +32,6 @@ rule decode:
     shell:
         "(diversed --track decode decode --dataset {wildcards.dataset} --split {params.split} --n-examples {params.n}"
         " --target {params.target} --draft {params.draft} {params.transform} --dtype {params.dtype} --quantize {params.quantize} {params.chat}"
-        " {params.setting} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
+        " {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
         " --batch-size {params.batch_size} --latency-examples {params.latency_examples}"
         " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"
