@@ -115,3 +115,9 @@ def test_an_interrupted_check_resumes_from_its_log(traced, cnndm_data, tmp_path,
 
     monkeypatch.setattr("diversed.stack.load_stack", refuse)
     assert _check(traced, cnndm_data, tmp_path, -5.0)[0] == first
+
+
+def test_a_candidate_with_a_significant_reward_gain_is_kept_at_some_cost_in_acceptance():
+    record = decide(_rows("candidate", [1.0, 1.0, 0.0], 5) + _rows("start", [0.0, 0.0, 1.0], 6), 0.02, 0.95)
+    assert record["reward_change_low"] > 0 and record["acceptance_change"] < 0
+    assert record["kept"] == "candidate"

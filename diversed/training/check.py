@@ -8,9 +8,12 @@ out G times under the candidate and under the head the round started from (the p
 or the untrained one: w = 0.5 everywhere), with the same seeds for both (common random numbers:
 the two arms differ by the head alone). The rule, with the prompt as the unit: keep the candidate
 when the one-sided ``confidence`` lower bound of its paired reward change is at least
-``-tolerance`` (reward units) and its paired acceptance change (accepted / drafted per prompt) is
-not negative; otherwise keep the starting head. Every rollout is appended to a JSON-lines log, so
-an interrupted check resumes; a log written for other heads or settings is started afresh.
+``-tolerance`` (reward units) and either its paired acceptance change (accepted / drafted per
+prompt) is not negative or its reward gain is significant (the bound above 0: a head that buys
+quality with some acceptance, e.g. one that protects the tokens a bad draft gets wrong); otherwise
+keep the starting head. A head that loses reward, or holds it while accepting less, is refused.
+Every rollout is appended to a JSON-lines log, so an interrupted check resumes; a log written for
+other heads or settings is started afresh.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def decide(rows: Sequence[dict[str, Any]], tolerance: float, confidence: float) 
         raise DataError("the on-policy check has no prompt rolled out under both heads")
     reward_change, reward_low = lower_bound(torch.tensor(rewards), confidence)
     accept_change = sum(acceptance) / len(acceptance)
-    keep = reward_low >= -tolerance and accept_change >= 0
+    keep = reward_low >= -tolerance and (accept_change >= 0 or reward_low > 0)
     return {
         "prompts": len(prompts),
         "rollouts": len(rows),
@@ -125,7 +128,8 @@ def decide(rows: Sequence[dict[str, Any]], tolerance: float, confidence: float) 
         "kept": "candidate" if keep else "start",
         "rule": (
             f"keep the candidate when its paired reward change against the starting head has a one-sided "
-            f"{confidence:g} lower bound >= {-tolerance:g} and its acceptance change is >= 0 "
+            f"{confidence:g} lower bound >= {-tolerance:g} and either its acceptance change is >= 0 or that "
+            f"bound is > 0 "
             f"({len(prompts)} held-out train prompts rolled out under both)"
         ),
     }
