@@ -55,6 +55,7 @@ class TraceJob:
     seed: int = 42
     rollouts: int = 1  # samples of each (prompt, behaviour): a group whose rewards can be compared
     draft_transform: str | None = None  # a positive control's damaged draft (diversed.control)
+    partial_credit: bool = False  # code rewards: the share of asserts passed (task_reward)
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=1)
@@ -69,7 +70,13 @@ class TraceJob:
         """The job's fields, and a previous head's content hash: a head is named by its folder, but
         a head retrained into the same folder makes traces sampled from the old one stale."""
         values = asdict(self)
-        for name, default in (("quantize", "none"), ("rollouts", 1), ("draft_transform", None)):
+        named_when_used = (
+            ("quantize", "none"),
+            ("rollouts", 1),
+            ("draft_transform", None),
+            ("partial_credit", False),
+        )
+        for name, default in named_when_used:
             if values[name] == default:  # named only when used: traces collected before stay valid
                 del values[name]
         values["behaviour_weights"] = list(self.behaviour_weights)
@@ -82,8 +89,13 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def task_reward(dataset: str, prediction: str, example: Example) -> float:
-    """The paper's sequence reward: exact match, ROUGE-2, sentence BLEU / 100, or tests passed."""
+def task_reward(dataset: str, prediction: str, example: Example, partial_credit: bool = False) -> float:
+    """The paper's sequence reward: exact match, ROUGE-2, sentence BLEU / 100, or tests passed.
+
+    ``partial_credit`` (code tasks whose tests are separate asserts: MBPP) gives the share of the
+    asserts that pass, each run alone in the sandbox, instead of 1 only when all do: a documented
+    study option, since a sparse 0/1 reward gives a group of rollouts that all fail nothing to
+    compare. Tasks without separable tests keep pass/fail."""
     task = get_task(dataset)
     if task.metric == "accuracy":
         return float(prediction == example.reference)
@@ -98,6 +110,10 @@ def task_reward(dataset: str, prediction: str, example: Example) -> float:
         )
     from diversed.sandbox import run_program
 
+    programs = getattr(task, "partial_programs", None)
+    if partial_credit and programs is not None:
+        runs = [run_program(source).passed for source in programs(prediction, example.record)]
+        return sum(runs) / len(runs) if runs else 0.0
     return float(run_program(task.program(prediction, example.record)).passed)
 
 
@@ -242,7 +258,7 @@ def collect_traces(
                     "completion": completion,
                     "prediction": prediction,
                     "reference": example.reference,
-                    "reward": task_reward(job.dataset, prediction, example),
+                    "reward": task_reward(job.dataset, prediction, example, job.partial_credit),
                     "tokens": len(result.token_ids),
                     "file": f"seq-{index + offset:05d}",
                     "stats": result.stats.to_dict(),

@@ -401,3 +401,23 @@ def test_group_advantage_is_reward_minus_the_other_rollouts_mean():
         "c@w1": 0.0,
     }
     assert resolve_baseline("auto", trajectories) == "minus_one"  # "c" has no group mate
+
+
+def test_partial_credit_is_the_share_of_asserts_passed_and_pass_fail_stays_the_default():
+    from diversed.data import Example
+    from diversed.traces import task_reward
+
+    record = {
+        "task_id": 1,
+        "text": "Add two numbers.",
+        "test_list": ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 1"],
+        "test_setup_code": "",
+    }
+    example = Example("1", "mbpp", "", "\n".join(record["test_list"]), record)
+    prediction = "def add(a, b):\n    return a + b"
+    assert task_reward("mbpp", prediction, example) == 0.0  # one assert fails: the program fails
+    assert task_reward("mbpp", prediction, example, partial_credit=True) == pytest.approx(2 / 3)
+    cheat = "import sys\ndef add(a, b):\n    print('3/3 passed')\n    return a + b"
+    assert task_reward("mbpp", cheat, example, partial_credit=True) == pytest.approx(2 / 3)  # output unread
+    gsm = Example("2", "gsm8k", "", "4", {"question": "2 + 2?", "answer": "#### 4"})
+    assert task_reward("gsm8k", "4", gsm, partial_credit=True) == 1.0  # not a code task: unchanged

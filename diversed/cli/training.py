@@ -100,6 +100,11 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
         default=1,
         help="samples of each prompt and behaviour, rolled out together (1)",
     )
+    col.add_argument(
+        "--partial-credit",
+        action="store_true",
+        help="code rewards: the share of the task's asserts passed (MBPP), not 1 only when all pass",
+    )
     col.add_argument("--out", required=True, help="trace folder; rerun to resume")
     col.add_argument(
         "--replace-stale",
@@ -198,5 +203,8 @@ def add_check_head(sub: argparse._SubParsersAction) -> None:
     )
     ch.add_argument("--confidence", type=float, default=0.95, help="one-sided confidence of the bound (0.95)")
     ch.add_argument("--batch-size", type=int, default=4, help="rollouts decoded together (4)")
+    ch.add_argument(
+        "--partial-credit", action="store_true", help="code rewards as the share of asserts passed"
+    )
     add_data_flags(ch)
     ch.set_defaults(func=cmd_check_head)

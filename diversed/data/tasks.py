@@ -239,7 +239,16 @@ class MBPP(Task):
 
     def program(self, prediction: str, record: Record) -> str:
         """What the sandbox runs: setup code, the candidate, then the asserts."""
-        return "\n".join([record.get("test_setup_code") or "", prediction, "", *record["test_list"], ""])
+        return self._with_tests(prediction, record, record["test_list"])
+
+    def partial_programs(self, prediction: str, record: Record) -> list[str]:
+        """One program per assert, for partial credit (the share that exit 0): a program's own output
+        is never read, so a candidate cannot report a score it did not earn."""
+        return [self._with_tests(prediction, record, [test]) for test in record["test_list"]]
+
+    @staticmethod
+    def _with_tests(prediction: str, record: Record, tests: list[str]) -> str:
+        return "\n".join([record.get("test_setup_code") or "", prediction, "", *tests, ""])
 
 
 def code_from_first_def(completion: str) -> str:

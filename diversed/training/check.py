@@ -61,6 +61,7 @@ class CheckJob:
     draft_transform: str | None = None
     tolerance: float = 0.02
     confidence: float = 0.95
+    partial_credit: bool = False  # the reward the head was trained on (traces.task_reward)
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=0)  # 0: not checked
@@ -207,7 +208,7 @@ def rollout_arms(
                         "id": f"{example.id}#{g}@{arm}",
                         "example_id": example.id,
                         "arm": arm,
-                        "reward": task_reward(job.dataset, prediction, example),
+                        "reward": task_reward(job.dataset, prediction, example, job.partial_credit),
                         "accepted": result.stats.accepted,
                         "drafted": result.stats.drafted,
                         "tokens": len(result.token_ids),

@@ -57,6 +57,7 @@ rule check_head:
         split=lambda w: head_source(w.train_dataset)[1],
         n=HEAD["check_examples"],
         rollouts=HEAD["check_rollouts"],
+        partial="--partial-credit" if HEAD["partial_credit"] else "",
         max_new_tokens=HEAD["max_new_tokens"],
         temperature=HEAD["temperature"],
         draft_length=HEAD["draft_length"],
@@ -75,7 +76,7 @@ rule check_head:
         "(diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
         " {params.start} --out {output.head} --log results/checks/{wildcards.train_dataset}/r{wildcards.round}.jsonl"
         " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
-        " --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
+        " {params.partial} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " --draft-length {params.draft_length} --batch-size {params.batch_size} --tolerance {params.tolerance}"
         " --confidence {params.confidence} --seed {params.seed} --target {params.target} --draft {params.draft}"
         " {params.transform} --dtype {params.dtype} --quantize {params.quantize} {params.flags}) > {log} 2>&1"

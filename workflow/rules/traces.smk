@@ -30,6 +30,7 @@ rule collect_traces:
         flags=data_flags(),
         batch_size=HEAD["batch_size"],
         rollouts=HEAD["rollouts"],
+        partial="--partial-credit" if HEAD["partial_credit"] else "",
         transform=transform_flag(),
         draft_length=HEAD["draft_length"],
         src=src_hash("traces.py", "engine", "backends/cpu", "data/tasks.py", "control.py"),
@@ -42,4 +43,4 @@ rule collect_traces:
         "(diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " {params.behaviour} --seed {params.seed} --target {params.target} --draft {params.draft}"
-        " {params.transform} --dtype {params.dtype} --quantize {params.quantize} --batch-size {params.batch_size} --rollouts {params.rollouts} --draft-length {params.draft_length} {params.flags} --quiet --replace-stale --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
+        " {params.transform} --dtype {params.dtype} --quantize {params.quantize} --batch-size {params.batch_size} --rollouts {params.rollouts} {params.partial} --draft-length {params.draft_length} {params.flags} --quiet --replace-stale --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
