@@ -8,6 +8,8 @@ its flags), e.g. fewer examples for secondary cells of a study, a ``diversed`` e
 ``head`` (a hand-made one such as ``oracle:digits`` instead of the trained head), and a ``static``
 entry ``matched_to: diversed``: its w is then the mean weight the trained head put on the tokens of
 the ``diversed`` cell with the same draft length and temperature (the head's direct comparator).
+With several head seeds (``head_seeds``), every entry that uses the trained head (``diversed``
+without its own head, and its matched static cells) becomes one setting per seed, named ``s<seed>``.
 Each setting is validated by :class:`DecodeConfig`, so the workflow accepts exactly what the CLI
 accepts, and gets a stable, readable name used in file names and tables.
 """
@@ -36,11 +38,13 @@ ABBREVIATIONS = {
     "top_p": "topp",
 }
 # Grid-entry keys that belong to the workflow, not to the decoding setting.
-WORKFLOW_KEYS = ("n_examples", "head", "matched_to")
+WORKFLOW_KEYS = ("n_examples", "head", "matched_to", "head_seed")
 
 
 def _name(values: dict[str, Any]) -> str:
     parts = [values["method"]]
+    if "head_seed" in values:
+        parts.append(f"s{values['head_seed']}")
     if "head" in values:
         parts.append(values["head"].replace(":", "-"))
     if "matched_to" in values:
@@ -56,16 +60,28 @@ def _name(values: dict[str, Any]) -> str:
 
 
 def expand(
-    entries: list[dict[str, Any]], draft_lengths: list[int], temperatures: list[float], common: dict[str, Any]
+    entries: list[dict[str, Any]],
+    draft_lengths: list[int],
+    temperatures: list[float],
+    common: dict[str, Any],
+    head_seeds: list[int] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """name -> setting (plain values, validated) for every grid point."""
+    """name -> setting (plain values, validated) for every grid point, per head seed when several."""
     settings: dict[str, dict[str, Any]] = {}
     for number, entry in enumerate(entries):
         try:
             settings.update(_expand_entry(entry, draft_lengths, temperatures, common))
         except ConfigError as err:
             raise ConfigError(f"decode.grid[{number}] {entry}: {err}") from None
-    return settings
+    if not head_seeds or len(head_seeds) == 1:
+        return settings
+    seeded: dict[str, dict[str, Any]] = {}
+    for values in settings.values():
+        uses_head = (values["method"] == "diversed" and "head" not in values) or "matched_to" in values
+        for seed in head_seeds if uses_head else [None]:
+            point = values if seed is None else {**values, "head_seed": seed}
+            seeded[_name(point)] = point
+    return seeded
 
 
 def _expand_entry(

@@ -36,6 +36,8 @@ def setting_label(s: dict[str, Any]) -> str:
     parts = [method]
     if str(s.get("head", "")).startswith("oracle:"):  # a hand-made head is another method, not a source
         parts.append(s["head"])
+    elif head_seed(s):  # heads trained from several seeds are several rows
+        parts.append(head_seed(s))
     if method == "static":
         parts.append(
             f"w={s['target_weight']:g}" + (" (logits)" if s.get("ensemble_space") == "logits" else "")
@@ -57,8 +59,16 @@ def head_source(s: dict[str, Any]) -> str | None:
     head. Kept out of the setting's label so that one setting is one row across datasets."""
     if not s.get("head"):
         return None
-    path = Path(s["head"])  # results/heads/<train dataset>[/r<round>]
-    return (path.parent.name if re.fullmatch(r"r\d+", path.name) else path.name).replace(".", "/")
+    parts = list(Path(s["head"]).parts)  # results/heads/<train dataset>[/s<seed>][/r<round>]
+    while len(parts) > 1 and re.fullmatch(r"[rs]\d+", parts[-1]):
+        parts.pop()
+    return parts[-1].replace(".", "/")
+
+
+def head_seed(s: dict[str, Any]) -> str | None:
+    """'s<seed>' of a trained head's folder (results/heads/<task>/s<seed>/r<round>), else None."""
+    found = [p for p in Path(s.get("head") or "").parts if re.fullmatch(r"s\d+", p)]
+    return found[-1] if found else None
 
 
 def head_note(rows: list[dict[str, Any]]) -> str:

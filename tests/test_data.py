@@ -214,10 +214,12 @@ def test_tables_name_the_task_each_head_learned_on_without_splitting_its_row():
     assert head_source({**base, "head": "results/heads/mbpp"}) == "mbpp"
     assert head_source({**base, "head": "results/heads/mbpp/r2"}) == "mbpp"  # a round
     assert head_source({**base, "head": "results/heads/wmt.validation/r1"}) == "wmt/validation"
+    assert head_source({**base, "head": "results/heads/mbpp/s43/r1"}) == "mbpp"  # a seed
     assert head_source(base) is None
     # one setting, one row: a head learned elsewhere does not make HumanEval's row differ from MBPP's
     assert setting_label({**base, "head": "results/heads/mbpp/r1"}) == "diversed k=4 T=1"
     assert setting_label({**base, "dataset": "mbpp", "head": "results/heads/mbpp/r1"}) == "diversed k=4 T=1"
+    assert setting_label({**base, "head": "results/heads/mbpp/s43/r1"}) == "diversed s43 k=4 T=1"
     rows = [{"dataset": "mbpp", "head": "mbpp"}, {"dataset": "humaneval", "head": "mbpp"}, {"dataset": "wmt"}]
     assert head_note(rows) == "DIVERSED heads learned on: humaneval <- mbpp, mbpp <- mbpp"
     assert head_note([{"dataset": "mbpp", "head": None}]) == ""

@@ -42,3 +42,27 @@ def test_a_static_entry_matched_to_the_head_is_named_and_only_static_can_be():
     assert "matched" not in cli_flags(settings["static-matched-diversed-k4-T1"])  # a workflow key
     with pytest.raises(ConfigError, match=r"decode.grid\[0\].*matched_to"):
         expand([{"method": "sd", "matched_to": "diversed"}], [4], [1.0], {"max_new_tokens": 8})
+
+
+def test_several_head_seeds_make_one_setting_per_seed_for_what_uses_the_trained_head():
+    grid = [
+        {"method": "diversed"},
+        {"method": "diversed", "head": "oracle:digits"},
+        {"method": "static", "matched_to": "diversed"},
+        {"method": "sd"},
+    ]
+    settings = expand(grid, [4], [1.0], {"max_new_tokens": 8}, head_seeds=[1, 2])
+    assert sorted(settings) == [
+        "diversed-oracle:digits-k4-T1".replace(":", "-"),
+        "diversed-s1-k4-T1",
+        "diversed-s2-k4-T1",
+        "sd-k4-T1",
+        "static-s1-matched-diversed-k4-T1",
+        "static-s2-matched-diversed-k4-T1",
+    ]
+    assert settings["diversed-s2-k4-T1"]["head_seed"] == 2
+    assert "head_seed" not in cli_flags(settings["diversed-s2-k4-T1"])
+    assert (
+        expand(grid, [4], [1.0], {"max_new_tokens": 8}, head_seeds=[1]).keys()
+        == expand(grid, [4], [1.0], {"max_new_tokens": 8}).keys()
+    )  # one seed: the names of before

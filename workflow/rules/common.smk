@@ -47,13 +47,23 @@ def _resolve_datasets():
 
 DATA_STATUS = _resolve_datasets()
 DATASETS = [d for d, where in DATA_STATUS.items() if where != "missing"]
+# Head seeds: each trains its own head (and MLflow run) on the same traces; several need one round,
+# since round r > 1 samples its traces from round r - 1's head.
+SEEDS = HEAD["seeds"] or [HEAD["seed"]]
+if len(SEEDS) > 1 and HEAD["rounds"] > 1:
+    raise ValueError("head.seeds: several seeds need head.rounds: 1 (later rounds sample from one head)")
 SETTINGS = expand(
-    DECODE["grid"], DECODE["draft_lengths"], DECODE["temperatures"], {"max_new_tokens": DECODE["max_new_tokens"]}
+    DECODE["grid"],
+    DECODE["draft_lengths"],
+    DECODE["temperatures"],
+    {"max_new_tokens": DECODE["max_new_tokens"]},
+    SEEDS,
 )
 
 
 wildcard_constraints:
     round=r"\d+",
+    seed=r"\d+",
     train_dataset=r"[\w.]+",
 
 
@@ -61,10 +71,16 @@ def as_list(value):
     return value if isinstance(value, list) else [value]
 
 
+def head_path(train_dataset, round, seed=None):
+    """The checked head of a training dataset, round and seed (the first seed by default)."""
+    return f"results/heads/{train_dataset}/s{SEEDS[0] if seed is None else seed}/r{round}"
+
+
 def previous_head(wildcards):
-    """Round r > 1 samples its traces from, and trains from, round r - 1's head."""
+    """Round r > 1 trains from round r - 1's head of its seed (and samples its traces from it)."""
     r = int(wildcards.round)
-    return [f"results/heads/{wildcards.train_dataset}/r{r - 1}"] if r > 1 else []
+    seed = getattr(wildcards, "seed", None)
+    return [head_path(wildcards.train_dataset, r - 1, seed)] if r > 1 else []
 
 
 def head_dataset(dataset):
@@ -129,7 +145,7 @@ def matched_cell(name):
     mine = SETTINGS[name]
     for other, values in SETTINGS.items():
         if values["method"] == "diversed" and "head" not in values and all(
-            values.get(k) == mine.get(k) for k in ("num_assistant_tokens", "temperature")
+            values.get(k) == mine.get(k) for k in ("num_assistant_tokens", "temperature", "head_seed")
         ):
             return other
     raise ValueError(f"decode.grid: {name} is matched to diversed, but no diversed cell has its k and T")
@@ -140,5 +156,6 @@ def decode_inputs(wildcards):
     if "matched_to" in SETTINGS[wildcards.setting]:
         inputs["matched"] = f"results/decode/{wildcards.dataset}/{matched_cell(wildcards.setting)}.jsonl"
     if SETTINGS[wildcards.setting]["method"] == "diversed" and "head" not in SETTINGS[wildcards.setting]:
-        inputs["head"] = f"results/heads/{head_dataset(wildcards.dataset)}/r{HEAD['rounds']}"
+        setting = SETTINGS[wildcards.setting]
+        inputs["head"] = head_path(head_dataset(wildcards.dataset), HEAD["rounds"], setting.get("head_seed"))
     return inputs

@@ -10,7 +10,7 @@ rule train_head:
         traces=lambda w: [f"results/traces/{w.train_dataset}/r{r}.done" for r in range(1, int(w.round) + 1)],
         init=previous_head,
     output:
-        head=directory("results/candidates/{train_dataset}/r{round}"),
+        head=directory("results/candidates/{train_dataset}/s{seed}/r{round}"),
     params:
         traces=lambda w, input: " ".join(t.removesuffix(".done") for t in input.traces),
         init=lambda w, input: f"--init {input.init[0]}" if input.init else "",
@@ -23,12 +23,12 @@ rule train_head:
         validation_share=HEAD["validation_share"],
         tolerance=HEAD["select_tolerance"],
         confidence=HEAD["select_confidence"],
-        seed=HEAD["seed"],
+        seed=lambda w: int(w.seed),
         src=src_hash("head.py", "training", "traces.py"),
     resources:
         gpu=GPU,
     log:
-        "results/logs/candidates/{train_dataset}/r{round}.log",
+        "results/logs/candidates/{train_dataset}/s{seed}/r{round}.log",
     shell:
         "diversed --track train_head train-head --traces {params.traces} {params.init} --out {output.head}"
         " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr}"
@@ -40,11 +40,11 @@ rule train_head:
 
 rule check_head:
     input:
-        candidate="results/candidates/{train_dataset}/r{round}",
+        candidate="results/candidates/{train_dataset}/s{seed}/r{round}",
         traces=lambda w: [f"results/traces/{w.train_dataset}/r{r}.done" for r in range(1, int(w.round) + 1)],
         start=previous_head,
     output:
-        head=directory("results/heads/{train_dataset}/r{round}"),
+        head=directory("results/heads/{train_dataset}/s{seed}/r{round}"),
     params:
         traces=lambda w, input: " ".join(t.removesuffix(".done") for t in input.traces),
         start=lambda w, input: f"--start {input.start[0]}" if input.start else "",
@@ -64,17 +64,17 @@ rule check_head:
         batch_size=HEAD["batch_size"],
         tolerance=HEAD["select_tolerance"],
         confidence=HEAD["select_confidence"],
-        seed=lambda w: HEAD["seed"] + 1000 + int(w.round),
+        seed=lambda w: int(w.seed) + 1000 + int(w.round),
         flags=data_flags(),
         src=src_hash("training/check.py", "engine", "backends/cpu", "data/tasks.py", "control.py"),
     threads: 2
     resources:
         gpu=GPU,
     log:
-        "results/logs/heads/{train_dataset}/r{round}.log",
+        "results/logs/heads/{train_dataset}/s{seed}/r{round}.log",
     shell:
         "(diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
-        " {params.start} --out {output.head} --log results/checks/{wildcards.train_dataset}/r{wildcards.round}.jsonl"
+        " {params.start} --out {output.head} --log results/checks/{wildcards.train_dataset}/s{wildcards.seed}/r{wildcards.round}.jsonl"
         " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
         " {params.partial} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " --draft-length {params.draft_length} --batch-size {params.batch_size} --tolerance {params.tolerance}"
