@@ -31,18 +31,31 @@ def _rows(arm: str, rewards: list[float], accepted: int, prompts: int = 8) -> li
 def test_a_candidate_is_kept_when_reward_holds_and_acceptance_rises():
     record = decide(_rows("candidate", [1.0, 0.0], 6) + _rows("start", [1.0, 0.0], 4), 0.02, 0.95)
     assert record["kept"] == "candidate" and record["prompts"] == 8
-    assert record["reward_change"] == 0 and record["acceptance_change"] == pytest.approx(0.25)
+    arm = record["arms"]["candidate"]
+    assert arm["reward_change"] == 0 and arm["acceptance_change"] == pytest.approx(0.25)
 
 
 def test_a_candidate_that_loses_reward_on_policy_is_refused_however_much_it_accepts():
     record = decide(_rows("candidate", [0.0, 0.0, 1.0], 8) + _rows("start", [1.0, 1.0, 0.0], 2), 0.02, 0.95)
     assert record["kept"] == "start"
-    assert record["reward_change_low"] < -0.02 and record["acceptance_change"] > 0.5
+    arm = record["arms"]["candidate"]
+    assert arm["reward_change_low"] < -0.02 and arm["acceptance_change"] > 0.5
 
 
 def test_a_candidate_that_accepts_less_is_refused_even_at_equal_reward():
     record = decide(_rows("candidate", [1.0, 0.0], 3) + _rows("start", [1.0, 0.0], 4), 0.02, 0.95)
-    assert record["kept"] == "start" and record["acceptance_change"] < 0
+    assert record["kept"] == "start" and record["arms"]["candidate"]["acceptance_change"] < 0
+
+
+def test_among_several_candidates_the_eligible_one_with_the_best_objective_is_kept():
+    rows = _rows("start", [0.0], 6) + _rows("lambda-3", [0.0], 8)  # accepts more, earns nothing more
+    rows += _rows("lambda-1", [1.0, 0.0], 5)  # earns half the prompts at some cost in acceptance
+    rows += _rows("chosen", [1.0, 0.0, 0.0, 0.0], 1)  # earns less and accepts much less: J below lambda-1's
+    record = decide(rows, 0.02, 0.95)
+    assert record["kept"] == "lambda-1"
+    assert record["arms"]["lambda-3"]["eligible"] and record["arms"]["lambda-1"]["eligible"]
+    assert record["arms"]["lambda-1"]["objective"] > record["arms"]["lambda-3"]["objective"]
+    assert decide(rows, 0.02, 0.95, acceptance_value=10.0)["kept"] == "lambda-3"  # acceptance worth more
 
 
 def _head(target_logit: float, d_draft: int, d_target: int) -> EnsembleHead:
@@ -83,18 +96,18 @@ def _check(traced, cnndm_data, tmp_path, target_logit: float):
 
 def test_check_keeps_a_head_that_accepts_more_and_rolls_out_only_unseen_prompts(traced, cnndm_data, tmp_path):
     record, _ = _check(traced, cnndm_data, tmp_path, -5.0)  # w ~ 0.007: the draft is trusted
-    assert record["kept"] == "candidate" and record["prompts"] == 3 and record["rollouts"] == 12
-    assert record["acceptance_change"] > 0
+    assert record["kept"] == "chosen" and record["prompts"] == 3 and record["rollouts"] == 12
+    assert record["arms"]["chosen"]["acceptance_change"] > 0
     rows = [json.loads(line) for line in (tmp_path / "kept.check.jsonl").read_text().splitlines()]
     assert not {r["example_id"] for r in rows} & trained_prompts([traced[3]])
     card = json.loads((tmp_path / "kept" / "head.json").read_text())
-    assert card["check"]["kept"] == "candidate"
+    assert card["check"]["kept"] == "chosen"
     assert float(load_head(tmp_path / "kept").out.bias[1].detach()) == pytest.approx(-5.0)
 
 
 def test_check_refuses_a_head_that_accepts_less_and_keeps_the_starting_one(traced, cnndm_data, tmp_path):
     record, _ = _check(traced, cnndm_data, tmp_path, 5.0)  # w ~ 0.993: every draft token is checked hard
-    assert record["kept"] == "start" and record["acceptance_change"] < 0
+    assert record["kept"] == "start" and record["arms"]["chosen"]["acceptance_change"] < 0
     card = json.loads((tmp_path / "kept" / "head.json").read_text())
     assert card["check"]["kept"] == "start" and card["metrics"]["w_mean"] == pytest.approx(0.5)
     assert card["check"]["refused"]["metrics"] is None  # the candidate's card had no training figures
@@ -119,5 +132,22 @@ def test_an_interrupted_check_resumes_from_its_log(traced, cnndm_data, tmp_path,
 
 def test_a_candidate_with_a_significant_reward_gain_is_kept_at_some_cost_in_acceptance():
     record = decide(_rows("candidate", [1.0, 1.0, 0.0], 5) + _rows("start", [0.0, 0.0, 1.0], 6), 0.02, 0.95)
-    assert record["reward_change_low"] > 0 and record["acceptance_change"] < 0
+    arm = record["arms"]["candidate"]
+    assert arm["reward_change_low"] > 0 and arm["acceptance_change"] < 0
     assert record["kept"] == "candidate"
+
+
+def test_check_chooses_among_the_lambdas_finalists_and_copies_the_kept_one(traced, cnndm_data, tmp_path):
+    root, target, draft, traces, (d_target, d_draft) = traced
+    candidate = save_head(_head(5.0, d_draft, d_target), tmp_path / "candidate", {"task": "cnndm"})
+    save_head(
+        _head(-5.0, d_draft, d_target), candidate / "lambda-3", {"task": "cnndm", "chosen_by": "lambda 3"}
+    )
+    save_head(_head(5.0, d_draft, d_target), candidate / "lambda-1", {"task": "cnndm"})  # = the chosen one
+    job = CheckJob("cnndm", str(target), str(draft), n_examples=3, rollouts=1, max_new_tokens=8)
+    record = check_head(candidate, tmp_path / "kept", [traces], job, data_dir=cnndm_data, allow_hub=False)
+    assert set(record["arms"]) == {"start", "chosen", "lambda-3"}  # a duplicate head is rolled out once
+    assert record["kept"] == "lambda-3"
+    card = json.loads((tmp_path / "kept" / "head.json").read_text())
+    assert card["chosen_by"] == "lambda 3" and card["check"]["kept"] == "lambda-3"
+    assert not list((tmp_path / "kept").glob("lambda-*"))

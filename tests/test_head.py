@@ -151,7 +151,7 @@ def test_selection_holds_out_whole_prompts_and_follows_its_rule():
     assert len(prompts(validation)) == 5 and not prompts(train) & prompts(validation)
     cfg = TrainConfig(epochs=3, batch_size=8, lr=5e-2, warmup_steps=2, seed=1)
     logged = []
-    head, record = select_head(
+    head, record, _ = select_head(
         trajectories, cfg, [0.1, 1.0, 10.0], 0.25, 0.02, log_step=lambda s, f: logged.append(f)
     )
     candidates = record["candidates"]
@@ -179,7 +179,7 @@ def test_selection_learns_where_validation_vouches_for_it():
         Trajectory(f"p{i}@w0.5", float(t.reward >= 0.8), t.tensors) for i, t in enumerate(trajectories)
     ]
     cfg = TrainConfig(epochs=10, batch_size=8, lr=5e-2, warmup_steps=5, seed=0)
-    head, record = select_head(trajectories, cfg, [0.03, 0.1, 0.3], 0.25, 0.02, progress=False)
+    head, record, _ = select_head(trajectories, cfg, [0.03, 0.1, 0.3], 0.25, 0.02, progress=False)
     chosen, start = record["chosen"], record["candidates"][0]
     assert chosen["epoch"] > 0 and chosen["val_reward_vs_start_low"] >= -0.02
     assert chosen["val_acceptance"] > start["val_acceptance"]
@@ -234,7 +234,7 @@ def test_lower_bound_of_identical_runs_is_exactly_zero_and_needs_two_prompts():
 
 def test_without_validation_prompts_the_first_lambdas_last_epoch_is_taken():
     trajectories, _ = synthetic_traces(8)
-    _, record = select_head(
+    _, record, _ = select_head(
         trajectories, TrainConfig(epochs=2, batch_size=4), [0.3, 1.0], 0.0, progress=False
     )
     assert record["chosen"] == {"reg_lambda": 0.3, "epoch": 2} and len(record["candidates"]) == 5
@@ -247,7 +247,7 @@ def test_a_train_set_without_reward_information_keeps_the_starting_head():
     trajectories, _ = synthetic_traces(16)
     failed = [Trajectory(f"p{i}@w0.5", 0.0, t.tensors) for i, t in enumerate(trajectories)]
     cfg = TrainConfig(epochs=3, batch_size=4, lr=5e-2, warmup_steps=1, seed=1)
-    head, record = select_head(failed, cfg, [10.0], 0.25, progress=False)
+    head, record, _ = select_head(failed, cfg, [10.0], 0.25, progress=False)
     assert [(c["reg_lambda"], c["epoch"]) for c in record["candidates"]] == [(None, 0)]
     assert "untrained" in record["rule"] and record["chosen"]["val_mean_weight"] == 0.5
     assert torch.equal(head_weights(head, failed), torch.full((160,), 0.5))

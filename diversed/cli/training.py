@@ -206,5 +206,11 @@ def add_check_head(sub: argparse._SubParsersAction) -> None:
     ch.add_argument(
         "--partial-credit", action="store_true", help="code rewards as the share of asserts passed"
     )
+    ch.add_argument(
+        "--acceptance-value",
+        type=float,
+        default=1.0,
+        help="reward units one unit of acceptance is worth in the check's objective J (1.0)",
+    )
     add_data_flags(ch)
     ch.set_defaults(func=cmd_check_head)

@@ -1,19 +1,23 @@
-"""The on-policy check: a trained head is kept only if rollouts under the head itself confirm it.
+"""The on-policy check: a trained head is used only if rollouts under the head itself vouch for it.
 
 Selection (:mod:`diversed.training.selection`) scores checkpoints off-policy, on traces another
 policy sampled, and its first-order reward estimate is unreliable for large moves: a head with
-w ~ 0.001 passed it with a positive lower bound and was 10 points worse on MBPP's test split. So
-before a round's head is used, train-split prompts that no trace of its training holds are rolled
-out G times under the candidate and under the head the round started from (the previous round's,
-or the untrained one: w = 0.5 everywhere), with the same seeds for both (common random numbers:
-the two arms differ by the head alone). The rule, with the prompt as the unit: keep the candidate
-when the one-sided ``confidence`` lower bound of its paired reward change is at least
-``-tolerance`` (reward units) and either its paired acceptance change (accepted / drafted per
-prompt) is not negative or its reward gain is significant (the bound above 0: a head that buys
-quality with some acceptance, e.g. one that protects the tokens a bad draft gets wrong); otherwise
-keep the starting head. A head that loses reward, or holds it while accepting less, is refused.
-Every rollout is appended to a JSON-lines log, so an interrupted check resumes; a log written for
-other heads or settings is started afresh.
+w ~ 0.001 passed it with a positive lower bound and was 10 points worse on MBPP's test split, and
+on the positive control's traces (w = 1 and 0.95) its bounds are too wide (-1 to -5 reward units on
+4 validation prompts) to vouch for any move. So before a round's head is used, train-split prompts
+that no trace of its training holds are rolled out G times under each candidate (the selection's
+choice and each lambda's last epoch, the ``lambda-*`` folders ``train-head`` writes) and under the
+head the round started from (the previous round's, or the untrained one: w = 0.5 everywhere), all
+with the same seeds (common random numbers: the arms differ by the head alone).
+
+The rule, with the prompt as the unit: a candidate is *eligible* when the one-sided ``confidence``
+lower bound of its paired reward change against the start is at least ``-tolerance`` (reward
+units) and its mean change of the on-policy objective J = reward + ``acceptance_value`` x
+acceptance (accepted / drafted, per prompt) is positive; the eligible candidate with the highest
+mean J is kept, and the starting head when none is eligible. So a head that loses reward, or holds
+it while accepting less, is refused, and one that buys much reward with some acceptance (a head
+that protects the tokens a bad draft gets wrong) is kept. Every rollout is appended to a JSON-lines
+log, so an interrupted check resumes; a log written for other heads or settings is started afresh.
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from diversed.traces import load_traces, task_reward
 from diversed.training.objective import head_weights
 from diversed.training.selection import lower_bound
 
-ARMS = ("candidate", "start")
+START = "start"
+FINALIST_GLOB = "lambda-*"  # the finalists train-head writes beside its choice; not copied along
 RECORD_START = b'{"id": '
 
 
@@ -62,6 +67,7 @@ class CheckJob:
     tolerance: float = 0.02
     confidence: float = 0.95
     partial_credit: bool = False  # the reward the head was trained on (traces.task_reward)
+    acceptance_value: float = 1.0  # reward units one unit of acceptance is worth in J
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=0)  # 0: not checked
@@ -71,6 +77,7 @@ class CheckJob:
         check_range("draft_length", self.draft_length, minimum=1)
         check_range("tolerance", self.tolerance, minimum=0)
         check_range("confidence", self.confidence, exclusive_minimum=0.5, exclusive_maximum=1)
+        check_range("acceptance_value", self.acceptance_value, minimum=0)
 
 
 def trained_prompts(traces: Sequence[str | Path]) -> set[str]:
@@ -91,55 +98,60 @@ def held_out(job: CheckJob, exclude: set[str], data_dir: str | Path | None, allo
     return fresh
 
 
-def decide(rows: Sequence[dict[str, Any]], tolerance: float, confidence: float) -> dict[str, Any]:
-    """The rule of the module docstring over the rollouts of both arms (prompts with both arms)."""
+def decide(
+    rows: Sequence[dict[str, Any]], tolerance: float, confidence: float, acceptance_value: float = 1.0
+) -> dict[str, Any]:
+    """The rule of the module docstring over the rollouts of every arm (``start`` and the
+    candidates), on the prompts every arm rolled out."""
     per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(lambda: [0.0, 0.0, 0.0, 0.0]))
     for row in rows:
         tally = per[row["example_id"]][row["arm"]]
         for i, key in enumerate(("reward", "accepted", "drafted")):
             tally[i] += row[key]
         tally[3] += 1
-    rewards: list[float] = []
-    acceptance: list[float] = []
-    means = {arm: {"reward": 0.0, "acceptance": 0.0} for arm in ARMS}
-    prompts = [p for p, arms in per.items() if all(arm in arms and arms[arm][2] > 0 for arm in ARMS)]
-    for prompt in prompts:
-        figures = {
-            arm: (per[prompt][arm][0] / per[prompt][arm][3], per[prompt][arm][1] / per[prompt][arm][2])
-            for arm in ARMS
-        }
-        rewards.append(figures["candidate"][0] - figures["start"][0])
-        acceptance.append(figures["candidate"][1] - figures["start"][1])
-        for arm in ARMS:
-            means[arm]["reward"] += figures[arm][0] / len(prompts)
-            means[arm]["acceptance"] += figures[arm][1] / len(prompts)
-    if not prompts:
-        raise DataError("the on-policy check has no prompt rolled out under both heads")
-    reward_change, reward_low = lower_bound(torch.tensor(rewards), confidence)
-    accept_change = sum(acceptance) / len(acceptance)
-    keep = reward_low >= -tolerance and (accept_change >= 0 or reward_low > 0)
+    arms = sorted({row["arm"] for row in rows}, key=lambda arm: (arm != START, arm))
+    prompts = [p for p, got in per.items() if all(arm in got and got[arm][2] > 0 for arm in arms)]
+    if START not in arms or len(arms) < 2 or not prompts:
+        raise DataError("the on-policy check has no prompt rolled out under the start and a candidate")
+    reward = {a: torch.tensor([per[p][a][0] / per[p][a][3] for p in prompts]) for a in arms}
+    accept = {a: torch.tensor([per[p][a][1] / per[p][a][2] for p in prompts]) for a in arms}
+    figures: dict[str, dict[str, Any]] = {}
+    for arm in arms:
+        objective = reward[arm] + acceptance_value * accept[arm]
+        figures[arm] = {"reward": float(reward[arm].mean()), "acceptance": float(accept[arm].mean())}
+        figures[arm]["objective"] = float(objective.mean())
+        if arm == START:
+            continue
+        change, low = lower_bound(reward[arm] - reward[START], confidence)
+        gain = figures[arm]["objective"] - figures[START]["objective"]
+        figures[arm].update(
+            reward_change=change,
+            reward_change_low=low if low != float("-inf") else None,
+            acceptance_change=figures[arm]["acceptance"] - figures[START]["acceptance"],
+            objective_change=gain,
+            eligible=low >= -tolerance and gain > 0,
+        )
+    eligible = [arm for arm in arms if figures[arm].get("eligible")]
+    kept = max(eligible, key=lambda arm: figures[arm]["objective"]) if eligible else START
     return {
         "prompts": len(prompts),
         "rollouts": len(rows),
-        "candidate": means["candidate"],
-        "start": means["start"],
-        "reward_change": reward_change,
-        "reward_change_low": reward_low if reward_low != float("-inf") else None,
-        "acceptance_change": accept_change,
-        "kept": "candidate" if keep else "start",
+        "arms": figures,
+        "kept": kept,
         "rule": (
-            f"keep the candidate when its paired reward change against the starting head has a one-sided "
-            f"{confidence:g} lower bound >= {-tolerance:g} and either its acceptance change is >= 0 or that "
-            f"bound is > 0 "
-            f"({len(prompts)} held-out train prompts rolled out under both)"
+            f"keep, among the candidates whose paired reward change against the starting head has a "
+            f"one-sided {confidence:g} lower bound >= {-tolerance:g} and whose mean J = reward + "
+            f"{acceptance_value:g} x acceptance exceeds the start's, the one with the highest J; else the "
+            f"start ({len(prompts)} held-out train prompts rolled out under every arm)"
         ),
     }
 
 
-def _heads_digest(candidate: EnsembleHead, start: EnsembleHead, job: CheckJob) -> str:
-    """What the log's rollouts depend on: both heads' weights and the job's settings."""
+def _heads_digest(heads: dict[str, EnsembleHead], job: CheckJob) -> str:
+    """What the log's rollouts depend on: every arm's name and weights, and the job's settings."""
     digest = hashlib.sha256(json.dumps(asdict(job), sort_keys=True).encode())
-    for head in (candidate, start):
+    for arm, head in sorted(heads.items()):
+        digest.update(arm.encode())
         for name, value in sorted(head.state_dict().items()):
             digest.update(name.encode() + value.float().numpy().tobytes())
     return digest.hexdigest()[:16]
@@ -170,12 +182,12 @@ def rollout_arms(
     batch_size: int = 4,
 ) -> list[dict[str, Any]]:
     """Roll out every (prompt, rollout) under each arm's head that ``log`` lacks; append and return
-    the new rows. Rollout g of prompt i is seeded alike in both arms."""
+    the new rows. Rollout g of prompt i is seeded alike in every arm."""
     from diversed.models import prompt_ids, shared_prefix
     from diversed.stack import load_stack
 
     order = [(i, e, g) for i, e in enumerate(examples) for g in range(job.rollouts)]
-    todo = {arm: [item for item in order if f"{item[1].id}#{item[2]}@{arm}" not in done] for arm in ARMS}
+    todo = {arm: [item for item in order if f"{item[1].id}#{item[2]}@{arm}" not in done] for arm in heads}
     if not any(todo.values()):
         return []
     stack = load_stack(
@@ -194,7 +206,7 @@ def rollout_arms(
     )
     rows = []
     with log.open("a", encoding="utf-8") as sink:
-        for arm in ARMS:
+        for arm in heads:
             decoder = stack.decoder(config, task.stop_strings, head=heads[arm], prefix=prefix)
             for first in range(0, len(todo[arm]), batch_size):
                 batch = todo[arm][first : first + batch_size]
@@ -225,6 +237,13 @@ def _same(a: EnsembleHead, b: EnsembleHead) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def candidate_folders(candidate: Path) -> dict[str, Path]:
+    """The arms a ``train-head`` folder offers: its chosen head and each lambda's last epoch."""
+    from diversed.training.trainer import FINALIST
+
+    return {"chosen": candidate, **{d.name: d for d in sorted(candidate.glob(f"{FINALIST}*")) if d.is_dir()}}
+
+
 def check_head(
     candidate: str | Path,
     out: str | Path,
@@ -237,53 +256,60 @@ def check_head(
     device: str = "cpu",
     batch_size: int = 4,
 ) -> dict[str, Any]:
-    """Check ``candidate`` (a ``train-head`` folder) against ``start`` (the previous round's head,
-    else the untrained one) on held-out prompts; write the kept head to ``out`` with the check in
-    its card, and return the check's record."""
+    """Check the heads of ``candidate`` (a ``train-head`` folder) against ``start`` (the previous
+    round's head, else the untrained one) on held-out prompts; write the kept head to ``out`` with
+    the check in its card, and return the check's record."""
     check_range("batch_size", batch_size, minimum=1)
     candidate_dir, out_dir = Path(candidate), Path(out)
-    heads = {"candidate": load_head(candidate_dir)}
     card = read_json(candidate_dir / CARD)
-    heads["start"] = load_head(start) if start else EnsembleHead(card["d_draft"], card["d_target"])
-    if _same(heads["candidate"], heads["start"]):
+    heads = {START: load_head(start) if start else EnsembleHead(card["d_draft"], card["d_target"])}
+    folders: dict[str, Path] = {}
+    for name, folder in candidate_folders(candidate_dir).items():
+        head = load_head(folder)
+        if not any(_same(head, other) for other in heads.values()):  # each distinct head once
+            heads[name], folders[name] = head, folder
+    if len(heads) == 1:
         record: dict[str, Any] = {
-            "kept": "candidate",
-            "rule": "the candidate is the starting head: nothing to check",
+            "kept": START,
+            "rule": "every candidate is the starting head: nothing to check",
         }
+    elif job.n_examples == 0:
+        record = {"kept": "chosen" if "chosen" in heads else START, "rule": "not checked (n_examples: 0)"}
     else:
         log_path = Path(log) if log else out_dir.with_name(out_dir.name + ".check.jsonl")
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        digest = _heads_digest(heads["candidate"], heads["start"], job)
+        digest = _heads_digest(heads, job)
         rows = _read_log(log_path, digest)
         examples = held_out(job, trained_prompts(traces), data_dir, allow_hub)
-        wanted = {f"{e.id}#{g}@{arm}" for e in examples for g in range(job.rollouts) for arm in ARMS}
+        wanted = {f"{e.id}#{g}@{arm}" for e in examples for g in range(job.rollouts) for arm in heads}
         rows += rollout_arms(
             job, heads, examples, log_path, digest, {r["id"] for r in rows}, device, batch_size
         )
-        record = {
-            **decide([r for r in rows if r["id"] in wanted], job.tolerance, job.confidence),
-            "log": str(log_path),
-        }
+        rows = [r for r in rows if r["id"] in wanted]
+        record = {**decide(rows, job.tolerance, job.confidence, job.acceptance_value), "log": str(log_path)}
     record["job"] = asdict(job)
     if out_dir.exists():
         shutil.rmtree(out_dir)
-    if record["kept"] == "candidate":
-        shutil.copytree(candidate_dir, out_dir)
-        (out_dir / CARD).write_text(json.dumps({**card, "check": record}, indent=2) + "\n")
+    kept = record["kept"]
+    if kept != START:
+        kept_card = read_json(folders[kept] / CARD)
+        shutil.copytree(folders[kept], out_dir, ignore=shutil.ignore_patterns(f"{FINALIST_GLOB}"))
+        (out_dir / CARD).write_text(json.dumps({**kept_card, "check": record}, indent=2) + "\n")
         return record
     from diversed.training.trainer import weight_summary
 
     trajectories = [t for folder in traces for t in load_traces(folder)[0]]
-    summary = weight_summary(head_weights(heads["start"], trajectories))
-    refused = {"metrics": card.get("metrics"), "w_histogram": card.get("w_histogram")}
-    metrics = {k: v for k, v in summary.items() if k != "w_histogram"}
+    summary = weight_summary(head_weights(heads[START], trajectories))
     save_head(
-        heads["start"],
+        heads[START],
         out_dir,
         {
             **card,
-            "check": {**record, "refused": refused},
-            "metrics": metrics,
+            "check": {
+                **record,
+                "refused": {"metrics": card.get("metrics"), "w_histogram": card.get("w_histogram")},
+            },
+            "metrics": {k: v for k, v in summary.items() if k != "w_histogram"},
             "w_histogram": summary["w_histogram"],
         },
     )

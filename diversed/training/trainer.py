@@ -11,6 +11,7 @@ import copy
 import json
 import math
 import random
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -33,6 +34,7 @@ from diversed.training.objective import (
 from diversed.training.selection import choose, prompt_gains, split_by_prompt, validation_figures
 
 LogStep = Callable[[int, dict[str, float]], None]
+FINALIST = "lambda-"  # subfolders of a trained head's folder: each lambda's last epoch
 
 
 def weight_summary(w: torch.Tensor) -> dict[str, Any]:
@@ -139,11 +141,12 @@ def select_head(
     log_step: LogStep | None = None,
     progress: bool = True,
     confidence: float = 0.95,
-) -> tuple[EnsembleHead, dict[str, Any]]:
+) -> tuple[EnsembleHead, dict[str, Any], dict[float, EnsembleHead]]:
     """Train one head per lambda on the train prompts, score every epoch and the starting head
     (``init``, the previous round's, else the fresh one) on the validation prompts, and return the
-    chosen checkpoint with a record of every candidate. Without validation prompts (too few) the
-    last epoch of the first lambda is taken, and the record says so."""
+    chosen checkpoint with a record of every candidate, and each lambda's last epoch (the finalists
+    an on-policy check may choose among, :mod:`diversed.training.check`). Without validation
+    prompts (too few) the last epoch of the first lambda is taken, and the record says so."""
     train, validation = split_by_prompt(trajectories, validation_share, cfg.seed)
     baseline_kind = resolve_baseline(cfg.baseline, trajectories)
     mean_reward = sum(t.reward for t in train) / len(train)
@@ -190,6 +193,8 @@ def select_head(
         else:
             index = cfg.epochs  # candidates: the starting head, then each lambda's epochs in order
             rule = "no validation prompts: the last epoch of the first lambda"
+    last = [i for i, c in enumerate(candidates) if c["epoch"] == cfg.epochs]
+    finals = {candidates[i]["reg_lambda"]: snapshots[i] for i in last}
     record = {
         "rule": rule,
         "baseline": baseline_kind,
@@ -198,7 +203,7 @@ def select_head(
         "candidates": candidates,
         "chosen": candidates[index],
     }
-    return snapshots[index], record
+    return snapshots[index], record, finals
 
 
 def train_from_traces(
@@ -230,7 +235,7 @@ def train_from_traces(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "train_log.jsonl").unlink(missing_ok=True)
     start = load_head(init) if init else None
-    head, selection = select_head(
+    head, selection, finals = select_head(
         trajectories,
         cfg,
         lambdas or [cfg.reg_lambda],
@@ -259,4 +264,18 @@ def train_from_traces(
         "sequences": len(trajectories),
     }
     save_head(head, out_dir, card)
+    for stale in out_dir.glob(f"{FINALIST}*"):
+        shutil.rmtree(stale)
+    for lam, final in finals.items():  # the finalists of an on-policy check, beside the chosen head
+        own = weight_summary(head_weights(final, trajectories))
+        save_head(
+            final,
+            out_dir / f"{FINALIST}{lam:g}",
+            {
+                **card,
+                "chosen_by": f"the last epoch of lambda {lam:g}",
+                "metrics": {k: v for k, v in own.items() if k != "w_histogram"},
+                "w_histogram": own["w_histogram"],
+            },
+        )
     return card

@@ -1,8 +1,8 @@
 # Stage 4: train one DIVERSED ensemble head per training dataset and round on the traces so far
 # (cheap; no LM runs). Round r starts from round r - 1's head; lambda and the epoch are chosen on
-# validation prompts held out of the traces (never the test split). That candidate is then checked
-# on-policy: held-out train prompts rolled out under it and under the round's starting head; it is
-# kept only if its reward and acceptance hold up (diversed/training/check.py), else the start is.
+# validation prompts held out of the traces (never the test split). That choice and each lambda's
+# last epoch are then checked on-policy: held-out train prompts rolled out under each and under the
+# round's starting head; the best that holds up is kept (diversed/training/check.py), else the start.
 
 
 rule train_head:
@@ -58,6 +58,7 @@ rule check_head:
         n=HEAD["check_examples"],
         rollouts=HEAD["check_rollouts"],
         partial="--partial-credit" if HEAD["partial_credit"] else "",
+        value=HEAD["check_acceptance_value"],
         max_new_tokens=HEAD["max_new_tokens"],
         temperature=HEAD["temperature"],
         draft_length=HEAD["draft_length"],
@@ -78,5 +79,5 @@ rule check_head:
         " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
         " {params.partial} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " --draft-length {params.draft_length} --batch-size {params.batch_size} --tolerance {params.tolerance}"
-        " --confidence {params.confidence} --seed {params.seed} --target {params.target} --draft {params.draft}"
+        " --confidence {params.confidence} --acceptance-value {params.value} --seed {params.seed} --target {params.target} --draft {params.draft}"
         " {params.transform} --dtype {params.dtype} --quantize {params.quantize} {params.flags}) > {log} 2>&1"
