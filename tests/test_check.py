@@ -151,3 +151,19 @@ def test_check_chooses_among_the_lambdas_finalists_and_copies_the_kept_one(trace
     card = json.loads((tmp_path / "kept" / "head.json").read_text())
     assert card["chosen_by"] == "lambda 3" and card["check"]["kept"] == "lambda-3"
     assert not list((tmp_path / "kept").glob("lambda-*"))
+
+
+def test_a_candidate_that_is_the_trainers_untrained_head_needs_no_rollouts(
+    traced, cnndm_data, tmp_path, monkeypatch
+):
+    root, target, draft, traces, (d_target, d_draft) = traced
+    card = {"task": "cnndm", "training": {"seed": 7, "hidden": 0}}
+    candidate = save_head(EnsembleHead(d_draft, d_target, 0, 7), tmp_path / "candidate", card)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("nothing to check, yet the models were loaded")
+
+    monkeypatch.setattr("diversed.stack.load_stack", refuse)
+    job = CheckJob("cnndm", str(target), str(draft), n_examples=3)
+    record = check_head(candidate, tmp_path / "kept", [traces], job, data_dir=cnndm_data, allow_hub=False)
+    assert record["kept"] == "start" and "nothing to check" in record["rule"]

@@ -262,7 +262,11 @@ def check_head(
     check_range("batch_size", batch_size, minimum=1)
     candidate_dir, out_dir = Path(candidate), Path(out)
     card = read_json(candidate_dir / CARD)
-    heads = {START: load_head(start) if start else EnsembleHead(card["d_draft"], card["d_target"])}
+    training = card.get("training", {})  # the untrained head the trainer started from, seeded alike
+    fresh = EnsembleHead(
+        card["d_draft"], card["d_target"], training.get("hidden", 0), training.get("seed", 0)
+    )
+    heads = {START: load_head(start) if start else fresh}
     folders: dict[str, Path] = {}
     for name, folder in candidate_folders(candidate_dir).items():
         head = load_head(folder)
