@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from diversed.engine.compat import forward_with_cache, new_cache
+from diversed.engine.compat import forward_with_cache
+from diversed.engine.kv import InPlaceKV
 from diversed.engine.prefix import SharedPrefix, prefill_rows
 
 if TYPE_CHECKING:
@@ -44,9 +45,10 @@ if TYPE_CHECKING:
 class RaggedCache:
     """One model's shared cache, with per-row validity and lengths (see the module docstring)."""
 
-    def __init__(self, model: PreTrainedModel, batch: int) -> None:
+    def __init__(self, model: PreTrainedModel, batch: int, capacity: int = 256) -> None:
+        """``capacity``: columns to allocate (the storage doubles if a batch needs more)."""
         self.model = model
-        self.cache = new_cache(model)
+        self.cache = InPlaceKV(model.config.num_hidden_layers, capacity)
         device = model.device
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, columns]
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # valid columns per row

@@ -167,11 +167,13 @@ class Decoder:
             stats = GenerationStats(batch_size=count, prefix_tokens=prefix)
             rows.append(Row(index, budget, schedule, stats, []))
         start = time.perf_counter()
-        target_cache = RaggedCache(self.target, count)
+        # room for the prompts, the budget and one block of drafts; holes may ask for more (it grows)
+        capacity = max(map(len, heads)) + max(budgets) + self.config.num_assistant_tokens + 1
+        target_cache = RaggedCache(self.target, count, capacity)
         target_cache.prefill(heads, self.prefix)
         draft_cache = None
         if self.config.method.speculative:
-            draft_cache = RaggedCache(self.draft, count)
+            draft_cache = RaggedCache(self.draft, count, capacity)
             draft_cache.prefill(heads, self.prefix)
         last = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
         return Batch(
