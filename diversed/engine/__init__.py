@@ -3,8 +3,8 @@
 Read in this order: :mod:`~diversed.engine.loop` (the block loop and its invariants),
 :mod:`~diversed.engine.state` (what a batch carries between steps), :mod:`~diversed.engine.cache`
 (the shared KV cache with holes), :mod:`~diversed.engine.kv` (its keys and values, written in
-place), :mod:`~diversed.engine.prefix` (a prompt prefix prefilled once
-per job), :mod:`~diversed.engine.compat` (transformers' cache API), :mod:`~diversed.engine.rules`
+place), :mod:`~diversed.engine.prefix` (a prompt prefix prefilled once per job),
+:mod:`~diversed.engine.compat` (transformers' cache API), :mod:`~diversed.engine.rules`
 (verification rules on [B, L, V]), :mod:`~diversed.engine.sampling` (distributions and per-row
 randomness), :mod:`~diversed.engine.schedules` (draft lengths) and :mod:`~diversed.engine.stats`
 (counters and timings). This package is the algorithm alone: device-specific speed (CPU kernels,

@@ -2,8 +2,9 @@
 
 Design ("holes", the first of the reference note's four): the rows share one key/value store
 (:class:`~diversed.engine.kv.InPlaceKV`, written in place) whose columns are appended to every
-row at once. A column is *valid* for a row if it holds one of that row's real tokens; left padding at prefill and drafted tokens a row rejected stay in the cache as
-invalid columns (holes) instead of being copied out. Why this design:
+row at once. A column is *valid* for a row if it holds one of that row's real tokens; left padding
+at prefill and drafted tokens a row rejected stay in the cache as invalid columns (holes) instead of
+being copied out. Why this design:
 
 * nothing is copied per block (realigning the rows would copy both caches every block), and no
   per-row Python work is needed: a row's state is a column mask and a length;
