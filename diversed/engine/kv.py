@@ -66,9 +66,11 @@ class InPlaceKV:
         return self.length
 
     def crop(self, max_length: int) -> None:
-        """Keep the first ``max_length`` columns (negative: drop that many from the end), as
-        ``DynamicCache.crop`` does; the dropped columns are overwritten by later writes."""
-        self.length = max_length if max_length >= 0 else max(0, self.length + max_length)
+        """Drop the last ``-max_length`` columns (negative, as ``DynamicCache.crop`` takes it); later
+        writes overwrite them."""
+        if max_length >= 0:
+            raise ValueError(f"crop takes a negative count of columns to drop, not {max_length}")
+        self.length = max(0, self.length + max_length)
 
     def batch_select_indices(self, rows: torch.Tensor) -> None:
         """Keep only ``rows`` of the batch (a copy of each buffer; rows leave rarely)."""
