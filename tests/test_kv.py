@@ -1,10 +1,13 @@
-"""InPlaceKV holds exactly what transformers' DynamicCache would, through growth, crops and row selection."""
+"""InPlaceKV (the KV store on accelerators) holds what DynamicCache holds and decodes alike in the engine."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import DynamicCache
 
+from diversed import DecodeConfig, Decoder
+from diversed.engine import cache as cache_module
 from diversed.engine.kv import InPlaceKV
 
 
@@ -47,3 +50,33 @@ def test_in_place_store_matches_dynamic_cache_through_growth_crops_and_row_selec
     for layer in range(layers):  # what a next forward would attend to
         keys, values = _chunk(rows, 1, 99)
         assert torch.equal(ours.update(keys, values, layer)[0], theirs.update(keys, values, layer)[0])
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"method": "sd", "temperature": 0.0},
+        {"method": "static", "target_weight": 0.5, "temperature": 1.0},
+        {"method": "lossy", "lenience": 0.5, "temperature": 1.0},
+    ],
+)
+def test_decoding_through_the_in_place_store_equals_the_cpu_store_batched_and_batch_one(
+    pair, tokenizer, values, monkeypatch
+):
+    target, draft = pair
+    prompts = [tokenizer(p).input_ids for p in ["def f(x):", "a", "The quick brown fox jumps"]]
+    config = DecodeConfig.from_dict({**values, "max_new_tokens": 24, "num_assistant_tokens": 3})
+    seeds = [5, 6, 7]
+    reference = [g.token_ids for g in Decoder(target, draft, config).generate_batch(prompts, seeds=seeds)]
+    monkeypatch.setattr(
+        cache_module, "key_value_store", lambda model, capacity: InPlaceKV(model.config.num_hidden_layers, 2)
+    )  # capacity 2: the buffers grow as the batch runs
+    batched = [g.token_ids for g in Decoder(target, draft, config).generate_batch(prompts, seeds=seeds)]
+    single = [
+        Decoder(target, draft, config).generate_batch([p], seeds=[s])[0].token_ids
+        for p, s in zip(prompts, seeds, strict=True)
+    ]
+    assert batched == reference and single == reference
+    if values["temperature"] == 0.0:
+        auto = Decoder(target, None, DecodeConfig.from_dict({"method": "auto", "max_new_tokens": 24}))
+        assert [auto.generate(p).token_ids for p in prompts] == reference

@@ -1,10 +1,9 @@
 """A KV cache shared by the rows of a batch, with holes: one model's state during batched decoding.
 
 Design ("holes", the first of the reference note's four): the rows share one key/value store
-(:class:`~diversed.engine.kv.InPlaceKV`, written in place) whose columns are appended to every
-row at once. A column is *valid* for a row if it holds one of that row's real tokens; left padding
-at prefill and drafted tokens a row rejected stay in the cache as invalid columns (holes) instead of
-being copied out. Why this design:
+(:func:`key_value_store`) whose columns are appended to every row at once. A column is *valid* for a
+row if it holds one of that row's real tokens; left padding at prefill and drafted tokens a row
+rejected stay in the cache as invalid columns (holes) instead of being copied out. Why this design:
 
 * nothing is copied per block (realigning the rows would copy both caches every block), and no
   per-row Python work is needed: a row's state is a column mask and a length;
@@ -31,16 +30,28 @@ ends (a finished row's prompt padding costs attention work only).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from diversed.engine.compat import forward_with_cache
+from diversed.engine.compat import forward_with_cache, new_cache
 from diversed.engine.kv import InPlaceKV
 from diversed.engine.prefix import SharedPrefix, prefill_rows
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+
+def key_value_store(model: PreTrainedModel, capacity: int) -> Any:
+    """Where one model's keys and values live. On an accelerator, :class:`InPlaceKV` (buffers written
+    in place: no ``cat`` of the whole cache per layer and forward, the launch-bound GPU loop's cost).
+    On a CPU, transformers' ``DynamicCache``, as before: measured side by side on the embedded pair
+    (``benchmarks/kv_store.py``, ``benchmarks/results/kv-store-bf16-avx512.json``, 2 threads, idle)
+    in-place was 0.96x / 0.94x for ``auto`` at B = 1 / 4 and 1.00x for ``sd``, outputs identical:
+    the CPU's attention copies a strided view about as a ``cat`` does, and the CPU path must not slow."""
+    if model.device.type == "cpu":
+        return new_cache(model)
+    return InPlaceKV(model.config.num_hidden_layers, capacity)
 
 
 class RaggedCache:
@@ -49,7 +60,7 @@ class RaggedCache:
     def __init__(self, model: PreTrainedModel, batch: int, capacity: int = 256) -> None:
         """``capacity``: columns to allocate (the storage doubles if a batch needs more)."""
         self.model = model
-        self.cache = InPlaceKV(model.config.num_hidden_layers, capacity)
+        self.cache = key_value_store(model, capacity)
         device = model.device
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, columns]
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # valid columns per row
