@@ -86,11 +86,8 @@ def self_draft_pair(
     draft_config.num_hidden_layers = draft_layers
     with torch.device(device):
         draft = LlamaForCausalLM(draft_config).to(dtype).eval()
-    state = {k: v for k, v in target.state_dict().items() if not k.startswith("model.layers.")}
-    state.update(
-        {k: v for k, v in target.state_dict().items() if _layer(k) is not None and _layer(k) < draft_layers}
-    )
-    draft.load_state_dict(state)
+    kept = {k: v for k, v in target.state_dict().items() if _layer(k) is None or _layer(k) < draft_layers}
+    draft.load_state_dict(kept)
     return target, draft
 
 

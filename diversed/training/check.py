@@ -38,11 +38,10 @@ from diversed.data import DataError, Example, get_task, load_examples
 from diversed.files import read_json, read_resumable
 from diversed.head import CARD, EnsembleHead, load_head, save_head
 from diversed.traces import load_traces, task_reward
-from diversed.training.objective import head_weights
 from diversed.training.selection import lower_bound
+from diversed.training.trainer import FINALIST, weight_card
 
 START = "start"
-FINALIST_GLOB = "lambda-*"  # the finalists train-head writes beside its choice; not copied along
 RECORD_START = b'{"id": '
 
 
@@ -239,8 +238,6 @@ def _same(a: EnsembleHead, b: EnsembleHead) -> bool:
 
 def candidate_folders(candidate: Path) -> dict[str, Path]:
     """The arms a ``train-head`` folder offers: its chosen head and each lambda's last epoch."""
-    from diversed.training.trainer import FINALIST
-
     return {"chosen": candidate, **{d.name: d for d in sorted(candidate.glob(f"{FINALIST}*")) if d.is_dir()}}
 
 
@@ -297,13 +294,10 @@ def check_head(
     kept = record["kept"]
     if kept != START:
         kept_card = read_json(folders[kept] / CARD)
-        shutil.copytree(folders[kept], out_dir, ignore=shutil.ignore_patterns(f"{FINALIST_GLOB}"))
+        shutil.copytree(folders[kept], out_dir, ignore=shutil.ignore_patterns(f"{FINALIST}*"))
         (out_dir / CARD).write_text(json.dumps({**kept_card, "check": record}, indent=2) + "\n")
         return record
-    from diversed.training.trainer import weight_summary
-
     trajectories = [t for folder in traces for t in load_traces(folder)[0]]
-    summary = weight_summary(head_weights(heads[START], trajectories))
     save_head(
         heads[START],
         out_dir,
@@ -313,8 +307,7 @@ def check_head(
                 **record,
                 "refused": {"metrics": card.get("metrics"), "w_histogram": card.get("w_histogram")},
             },
-            "metrics": {k: v for k, v in summary.items() if k != "w_histogram"},
-            "w_histogram": summary["w_histogram"],
+            **weight_card(heads[START], trajectories),
         },
     )
     return record

@@ -49,6 +49,13 @@ def weight_summary(w: torch.Tensor) -> dict[str, Any]:
     }
 
 
+def weight_card(head: EnsembleHead, trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+    """A head card's w figures on the traces: ``metrics`` (mean, std, shares) and ``w_histogram``."""
+    summary = weight_summary(head_weights(head, trajectories))
+    histogram = summary.pop("w_histogram")
+    return {"metrics": summary, "w_histogram": histogram}
+
+
 def start_head(
     trajectories: Sequence[Trajectory], cfg: TrainConfig, init: EnsembleHead | None = None
 ) -> EnsembleHead:
@@ -247,7 +254,7 @@ def train_from_traces(
         progress,
         confidence,
     )
-    summary = weight_summary(head_weights(head, trajectories))
+    weights = weight_card(head, trajectories)
     settings = manifests[-1]["settings"]
     card = {
         "target": settings.get("target"),
@@ -259,23 +266,14 @@ def train_from_traces(
         "training": asdict(cfg),
         "training_hash": cfg.config_hash(),
         "selection": selection,
-        "metrics": {**{k: v for k, v in summary.items() if k != "w_histogram"}, **selection["chosen"]},
-        "w_histogram": summary["w_histogram"],
+        "metrics": {**weights["metrics"], **selection["chosen"]},
+        "w_histogram": weights["w_histogram"],
         "sequences": len(trajectories),
     }
     save_head(head, out_dir, card)
     for stale in out_dir.glob(f"{FINALIST}*"):
         shutil.rmtree(stale)
     for lam, final in finals.items():  # the finalists of an on-policy check, beside the chosen head
-        own = weight_summary(head_weights(final, trajectories))
-        save_head(
-            final,
-            out_dir / f"{FINALIST}{lam:g}",
-            {
-                **card,
-                "chosen_by": f"the last epoch of lambda {lam:g}",
-                "metrics": {k: v for k, v in own.items() if k != "w_histogram"},
-                "w_histogram": own["w_histogram"],
-            },
-        )
+        own = {**card, "chosen_by": f"the last epoch of lambda {lam:g}", **weight_card(final, trajectories)}
+        save_head(final, out_dir / f"{FINALIST}{lam:g}", own)
     return card
