@@ -140,15 +140,18 @@ def workdir(tmp_path_factory, mlflow_server) -> Path:
 def test_whole_dag_produces_tables_plots_and_report(workdir):
     for path in ("results/tables/main.md", "results/tables/main.csv", "results/tables/main.tex"):
         assert (workdir / path).stat().st_size > 0
-    for name in ("quality_vs_acceptance", "quality_vs_time", "speedup_vs_draft_length", "w_test_histogram"):
+    plots = ["quality_vs_acceptance", "quality_vs_time", "speedup_vs_draft_length"]
+    with_head = bool(os.environ.get("DIVERSED_DATA_DIR"))  # without MBPP train, diversed is skipped
+    for name in plots + ["w_test_histogram"] * with_head:
         assert (workdir / "results" / "plots" / f"{name}.png").exists()
         assert (workdir / "results" / "plots" / f"{name}.svg").exists()
     table = (workdir / "results/tables/main.md").read_text()
     for method in ("auto", "sd", "lossy", "static w=0.5", "cascade"):
         assert method in table
     assert "95% bootstrap interval" in table and "humaneval n = 2" in table and " [" in table
-    weights = (workdir / "results/tables/weights.md").read_text()  # the head's w on its test tokens
-    assert "humaneval" in weights and "w digit (n)" in weights
+    if with_head:
+        weights = (workdir / "results/tables/weights.md").read_text()  # the head's w on its test tokens
+        assert "humaneval" in weights and "w digit (n)" in weights
     paired = (workdir / "results/tables/paired_vs_sd.md").read_text()
     assert "delta pass@1" in paired and "delta acceptance" in paired and "lossy" in paired
     snakemake(workdir, "--configfile", "config/ci.yaml", "--report", "results/report.html")
