@@ -82,8 +82,9 @@ class DecodeJob:
 
 
 def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
-    """Records already in ``path``; drop a torn last record; refuse records of other settings and
-    files that are not decode JSONL (naming the file and line, and changing nothing)."""
+    """Records already in ``path``; drop a torn last record; adopt the records of a smaller cell of the
+    same settings (:func:`grows`); refuse records of other settings and files that are not decode
+    JSONL (naming the file and line, and changing nothing)."""
     if not path.exists():
         return {}
     records, keep_bytes = read_resumable(path, RECORD_START)
@@ -95,6 +96,10 @@ def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
             )
         if record["settings_hash"] != job.settings_hash():
             diff = differing_keys(record.get("settings", {}), job.settings())
+            if diff == ["n_examples"] and grows(record["settings"]["n_examples"], job.n_examples):
+                record = {**record, "settings": job.settings(), "settings_hash": job.settings_hash()}
+                finished[record["id"]] = record
+                continue
             raise DataError(
                 f"{path} holds records made with different arguments (differing: {', '.join(diff)});"
                 " use another --out or delete the file"
@@ -104,6 +109,13 @@ def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
         with path.open("r+b") as handle:
             handle.truncate(keep_bytes)
     return finished
+
+
+def grows(before: int | None, after: int | None) -> bool:
+    """Whether a cell of ``before`` examples is a part of one of ``after``: the subset is a prefix of
+    one seeded shuffle and each example's sampling seed is its position in it, so a record decoded
+    for the smaller cell is the record the larger one would decode (a cell is extended, not redone)."""
+    return after is None or (before is not None and before <= after)
 
 
 def shard_path(out: str | Path, rank: int, world: int) -> Path:

@@ -80,6 +80,24 @@ def test_records_made_with_other_arguments_are_refused(model_dirs, tmp_path, cap
     assert out.read_text() == before
 
 
+def test_a_cell_grows_by_decoding_only_its_new_examples_and_never_shrinks(model_dirs, tmp_path, capsys):
+    grown, fresh = tmp_path / "grown.jsonl", tmp_path / "fresh.jsonl"
+    main(decode_argv(model_dirs, grown, 2))
+    first = lines(grown)
+    main(decode_argv(model_dirs, grown, 4))
+    main(decode_argv(model_dirs, fresh, 4))
+    records = lines(grown)
+    assert records[:2] == [
+        {**r, "settings": records[0]["settings"], "settings_hash": records[0]["settings_hash"]} for r in first
+    ]
+    assert [r["token_ids"] for r in records] == [r["token_ids"] for r in lines(fresh)]
+    assert {r["settings"]["n_examples"] for r in records} == {4}
+    before = grown.read_text()
+    with pytest.raises(SystemExit):  # 2 of these 4 would be records of no example of a 2-example cell
+        main(decode_argv(model_dirs, grown, 2))
+    assert "differing: n_examples" in capsys.readouterr().err and grown.read_text() == before
+
+
 def test_kill_minus_nine_then_resume(model_dirs, tmp_path):
     out = tmp_path / "he.jsonl"
     argv = decode_argv(model_dirs, out, 8)
