@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
+import yaml
 
 from diversed.cli import main
 from diversed.config import ConfigError
@@ -207,3 +209,18 @@ def mbpp_dir(tmp_path):
     (tmp_path / "mbpp").mkdir()
     (tmp_path / "mbpp" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return tmp_path
+
+
+@pytest.mark.parametrize("path", sorted(Path("config").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_validates_and_expands(path):
+    config = yaml.safe_load(path.read_text())
+    validate_config(config, WORKFLOW_SCHEMA)
+    decode, head = config["decode"], config["head"]
+    settings = expand(
+        decode["grid"],
+        decode["draft_lengths"],
+        decode["temperatures"],
+        {"max_new_tokens": decode["max_new_tokens"]},
+        head["seeds"] or [head["seed"]],
+    )
+    assert settings and all(v["method"] for v in settings.values())
