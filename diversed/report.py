@@ -36,8 +36,8 @@ def setting_label(s: dict[str, Any]) -> str:
     parts = [method]
     if str(s.get("head", "")).startswith("oracle:"):  # a hand-made head is another method, not a source
         parts.append(s["head"])
-    elif head_seed(s):  # heads trained from several seeds are several rows
-        parts.append(head_seed(s))
+    else:  # heads trained from several seeds, or a selection's several finalists, are several rows
+        parts += [part for part in (head_seed(s), head_finalist(s)) if part]
     if method == "static":
         parts.append(
             f"w={s['target_weight']:g}" + (" (logits)" if s.get("ensemble_space") == "logits" else "")
@@ -59,10 +59,17 @@ def head_source(s: dict[str, Any]) -> str | None:
     head. Kept out of the setting's label so that one setting is one row across datasets."""
     if not s.get("head"):
         return None
-    parts = list(Path(s["head"]).parts)  # results/heads/<train dataset>[/s<seed>][/r<round>]
-    while len(parts) > 1 and re.fullmatch(r"[rs]\d+", parts[-1]):
+    parts = list(Path(s["head"]).parts)  # results/heads/<train dataset>[/s<seed>][/r<round>][/lambda-<l>]
+    while len(parts) > 1 and re.fullmatch(r"[rs]\d+|lambda-[\d.]+", parts[-1]):
         parts.pop()
     return parts[-1].replace(".", "/")
+
+
+def head_finalist(s: dict[str, Any]) -> str | None:
+    """'lambda=<l>' when the head is one of a selection's finalists (a ``lambda-<l>`` folder that
+    ``train-head`` writes beside its choice, decoded by hand), else None."""
+    found = re.fullmatch(r"lambda-([\d.]+)", Path(s.get("head") or "").name)
+    return f"lambda={found[1]}" if found else None
 
 
 def head_seed(s: dict[str, Any]) -> str | None:

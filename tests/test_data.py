@@ -220,6 +220,8 @@ def test_tables_name_the_task_each_head_learned_on_without_splitting_its_row():
     assert setting_label({**base, "head": "results/heads/mbpp/r1"}) == "diversed k=4 T=1"
     assert setting_label({**base, "dataset": "mbpp", "head": "results/heads/mbpp/r1"}) == "diversed k=4 T=1"
     assert setting_label({**base, "head": "results/heads/mbpp/s43/r1"}) == "diversed s43 k=4 T=1"
+    finalist = {**base, "head": "results/candidates/gsm8k/s42/r1/lambda-1.5"}  # decoded by hand
+    assert setting_label(finalist) == "diversed s42 lambda=1.5 k=4 T=1" and head_source(finalist) == "gsm8k"
     rows = [{"dataset": "mbpp", "head": "mbpp"}, {"dataset": "humaneval", "head": "mbpp"}, {"dataset": "wmt"}]
     assert head_note(rows) == "DIVERSED heads learned on: humaneval <- mbpp, mbpp <- mbpp"
     assert head_note([{"dataset": "mbpp", "head": None}]) == ""
