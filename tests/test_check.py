@@ -40,6 +40,14 @@ def test_a_candidate_that_loses_reward_on_policy_is_refused_however_much_it_acce
     assert record["kept"] == "start"
     arm = record["arms"]["candidate"]
     assert arm["reward_change_low"] < -0.02 and arm["acceptance_change"] > 0.5
+    # its bound: 1.645 standard errors of the paired per-prompt changes; wider than the tolerance
+    changes = torch.tensor(
+        [-1.0, 0.0, 0.0, -1.0, 0.0, 0.0, -1.0, 0.0]
+    )  # per prompt: (0, .5, .5) - (1, .5, .5)
+    assert arm["reward_change_half_width"] == pytest.approx(
+        1.6449 * float(changes.std()) / len(changes) ** 0.5, rel=1e-3
+    )
+    assert "could not have been kept" in record["power"]
 
 
 def test_a_candidate_that_accepts_less_is_refused_even_at_equal_reward():

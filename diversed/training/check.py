@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shutil
 from collections import defaultdict
 from collections.abc import Sequence
@@ -126,6 +127,7 @@ def decide(
         figures[arm].update(
             reward_change=change,
             reward_change_low=low if low != float("-inf") else None,
+            reward_change_half_width=change - low if low != float("-inf") else None,
             acceptance_change=figures[arm]["acceptance"] - figures[START]["acceptance"],
             objective_change=gain,
             eligible=low >= -tolerance and gain > 0,
@@ -137,6 +139,7 @@ def decide(
         "rollouts": len(rows),
         "arms": figures,
         "kept": kept,
+        "power": power_note(figures, tolerance, len(prompts)),
         "rule": (
             f"keep, among the candidates whose paired reward change against the starting head has a "
             f"one-sided {confidence:g} lower bound >= {-tolerance:g} and whose mean J = reward + "
@@ -144,6 +147,26 @@ def decide(
             f"start ({len(prompts)} held-out train prompts rolled out under every arm)"
         ),
     }
+
+
+def power_note(figures: dict[str, dict[str, Any]], tolerance: float, prompts: int) -> str:
+    """What this check could have kept: a candidate with the start's mean reward passes the reward
+    test only when its bound's half-width is within ``tolerance``, so a check whose half-widths are
+    wider can keep only a head that *gains* reward; say so, and about how many prompts would do."""
+    widths = [f["reward_change_half_width"] for f in figures.values() if f.get("reward_change_half_width")]
+    if not widths or max(widths) <= tolerance:
+        return f"every candidate's reward bound was within {tolerance:g} of its mean change"
+    if tolerance == 0:
+        return (
+            "with tolerance 0 only a candidate whose reward never differs from the start's or rises can pass"
+        )
+    wide = min(widths)
+    needed = math.ceil(prompts * (wide / tolerance) ** 2)
+    return (
+        f"the reward bounds' half-widths were {wide:.3g}..{max(widths):.3g} reward units on {prompts} "
+        f"prompts, wider than the tolerance {tolerance:g}: a head that holds the start's reward could "
+        f"not have been kept; ~{needed} prompts would bound the narrowest to the tolerance"
+    )
 
 
 def _heads_digest(heads: dict[str, EnsembleHead], job: CheckJob) -> str:
