@@ -174,7 +174,10 @@ def run_decode(
     if not todo:
         return path
     draft_name = job.draft if job.config.method.speculative else None
-    stack = load_stack(job.target, draft_name, job.dtype, device, job.quantize, attn_implementation, job.head)
+    transform = job.draft_transform if job.config.method.speculative else None  # as its settings say
+    stack = load_stack(
+        job.target, draft_name, job.dtype, device, job.quantize, attn_implementation, job.head, transform
+    )
     tokenizer = stack.tokenizer
     # one line even under --quiet: workflow logs record how long loading took and what it cost
     print(f"{job.dataset} {job.config.method.value}: {_readiness()}", file=sys.stderr)

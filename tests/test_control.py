@@ -52,6 +52,25 @@ def test_no_transform_unless_asked(model_dirs):
     assert job.settings()["draft_transform"] == "digit_swap"
 
 
+def test_a_dataset_decode_damages_the_draft_its_settings_say(model_dirs, tmp_path):
+    """The transform must reach the models a decode job runs, not only its records' settings: the
+    first token's TV(p, q) is computed from the prompt alone, so the swapped digit logits change it."""
+    target, draft = model_dirs
+    first_tv = {}
+    for name, extra in (("plain", []), ("swapped", ["--draft-transform", "digit_swap"])):
+        out = tmp_path / f"{name}.jsonl"
+        argv = [
+            *("decode", "--dataset", "humaneval", "--n-examples", "1", "--method", "diversed", "--head"),
+            *("oracle:digits", "--target", str(target), "--draft", str(draft), "--max-new-tokens", "2"),
+            *("--temperature", "1", "--dtype", "float32", "--quiet", "--out", str(out), *extra),
+        ]
+        assert main(argv) == 0
+        record = json.loads(out.read_text().splitlines()[0])
+        assert record["settings"].get("draft_transform") == (extra[1] if extra else None)
+        first_tv[name] = record["token_weights"]["stats"][0][1]
+    assert first_tv["swapped"] != pytest.approx(first_tv["plain"], rel=1e-6, abs=1e-9)
+
+
 def test_oracle_weights_a_position_one_exactly_when_the_targets_best_token_is_a_digit(pair, tokenizer):
     target, _ = pair
     oracle = DigitOracle(target, tokenizer)
