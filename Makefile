@@ -56,7 +56,9 @@ reproduce: models
 	$(BIN)/snakemake
 	$(BIN)/snakemake --report results/report.html
 	@echo
-	@echo "tables:  results/tables/main.md (.csv, .tex)"
+	@cat results/tables/weights.md
+	@echo
+	@echo "tables:  results/tables/main.md (.csv, .tex), the heads' w on test tokens: weights.md"
 	@echo "plots:   results/plots/"
 	@echo "report:  results/report.html"
 	@echo "mlflow:  $(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow/mlruns.db"

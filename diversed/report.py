@@ -353,15 +353,14 @@ def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Pat
     paths[1].write_text(note + table.to_markdown() + "\n")
     paths[2].write_text(table.to_latex(na_rep="--") + "\n")
     weights = weights_table(rows)
-    if not weights.empty:
-        (path := out.with_name("weights.md")).write_text(
-            "Where each head put its weight, on the tokens it decoded (bonus tokens, drawn from the"
-            " target alone, have none): mean, std, shares below 0.1 and above 0.9, mean by token class,"
-            " correlation with TV(p, q) and with the target's entropy.\n\n"
-            + weights.to_markdown(index=False)
-            + "\n"
-        )
-        paths.append(path)
+    (path := out.with_name("weights.md")).write_text(
+        "Where each head put its weight, on the tokens it decoded (bonus tokens, drawn from the"
+        " target alone, have none): mean, std, shares below 0.1 and above 0.9, mean by token class,"
+        " correlation with TV(p, q) and with the target's entropy.\n\n"
+        + ("No setting with per-token weights ran." if weights.empty else weights.to_markdown(index=False))
+        + "\n"
+    )
+    paths.append(path)
     paired = paired_table(rows)
     paired_path = out.with_name("paired_vs_sd")
     for suffix, text in ((".csv", paired.to_csv(index=False)), (".md", paired.to_markdown(index=False))):

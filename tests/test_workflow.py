@@ -149,9 +149,11 @@ def test_whole_dag_produces_tables_plots_and_report(workdir):
     for method in ("auto", "sd", "lossy", "static w=0.5", "cascade"):
         assert method in table
     assert "95% bootstrap interval" in table and "humaneval n = 2" in table and " [" in table
+    weights = (workdir / "results/tables/weights.md").read_text()  # the head's w on its test tokens
     if with_head:
-        weights = (workdir / "results/tables/weights.md").read_text()  # the head's w on its test tokens
         assert "humaneval" in weights and "w digit (n)" in weights
+    else:
+        assert "No setting with per-token weights ran." in weights
     paired = (workdir / "results/tables/paired_vs_sd.md").read_text()
     assert "delta pass@1" in paired and "delta acceptance" in paired and "lossy" in paired
     snakemake(workdir, "--configfile", "config/ci.yaml", "--report", "results/report.html")

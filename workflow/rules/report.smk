@@ -10,6 +10,7 @@ rule tables_and_plots:
         tex="results/tables/main.tex",
         paired=report("results/tables/paired_vs_sd.md", caption="../report/paired.rst", category="Tables"),
         paired_csv="results/tables/paired_vs_sd.csv",
+        weights=report("results/tables/weights.md", caption="../report/weights.rst", category="Tables"),
         acceptance=report(
             "results/plots/quality_vs_acceptance.png", caption="../report/quality_vs_acceptance.rst", category="Plots"
         ),
