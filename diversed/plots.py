@@ -8,6 +8,7 @@ acceptance alpha, draft/target step ratio c and verification cost.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -148,6 +149,20 @@ def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
             zorder=4 if method == "diversed" else 3,
             label=labels[0] if len(labels) == 1 else method,
         )
+        if len(labels) > 1:  # several settings share the method's marker: name each, upright above its bar
+            for r in points:
+                top = (r.get("quality_ci") or [None, r["quality"]])[1]
+                ax.annotate(
+                    re.sub(r" T=\S+$", "", r["setting"].removeprefix(method).strip()),
+                    (r[x_key], top),
+                    fontsize=6,
+                    xytext=(0, 3),
+                    textcoords="offset points",
+                    rotation=90,
+                    ha="center",
+                    va="bottom",
+                    color=COLOURS.get(method),
+                )
 
 
 def _reference_band(ax, row: dict[str, Any]) -> None:

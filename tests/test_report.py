@@ -54,3 +54,15 @@ def test_a_method_keeps_its_colour_in_every_panel_and_auto_is_a_reference_band()
     band = [line for line in right.get_lines() if line.get_label() == "auto"]
     assert len(band) == 1 and band[0].get_ydata()[0] == 35 and len(right.patches) == 1  # its 95% band
     plt.close(fig)
+
+
+def test_settings_that_share_a_marker_are_each_named_beside_their_point():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    heads = [point("diversed", 0.57, 13), point("diversed", 0.54, 12)]
+    heads[0]["setting"], heads[1]["setting"] = "diversed lambda=1.5 k=4 T=1", "diversed oracle:digits k=4 T=1"
+    _pareto_panel(ax, [*heads, point("sd", 0.42, 32)], "acceptance_rate")
+    names = {text.get_text() for text in ax.texts}
+    assert names == {"lambda=1.5 k=4", "oracle:digits k=4"}  # sd, alone under its marker, is in the legend
+    plt.close(fig)
