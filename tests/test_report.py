@@ -56,7 +56,7 @@ def test_a_method_keeps_its_colour_in_every_panel_and_auto_is_a_reference_band()
     plt.close(fig)
 
 
-def test_settings_that_share_a_marker_are_each_named_beside_their_point():
+def test_settings_that_share_a_marker_are_each_named_above_their_point():
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
