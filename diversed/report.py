@@ -56,12 +56,17 @@ def setting_label(s: dict[str, Any]) -> str:
 
 def head_source(s: dict[str, Any]) -> str | None:
     """The task (and split) a DIVERSED head learned on, e.g. 'mbpp' or 'wmt/validation'; None without a
-    head. Kept out of the setting's label so that one setting is one row across datasets."""
-    if not s.get("head"):
+    head or with a hand-made one (``oracle:``, learned on nothing). Kept out of the setting's label so
+    that one setting is one row across datasets."""
+    if not s.get("head") or str(s["head"]).startswith("oracle:"):
         return None
     parts = list(Path(s["head"]).parts)  # results/heads/<train dataset>[/s<seed>][/r<round>][/lambda-<l>]
     while len(parts) > 1 and re.fullmatch(r"[rs]\d+|lambda-[\d.]+", parts[-1]):
         parts.pop()
+    if parts[-1] in ("heads", "candidates"):  # a head kept elsewhere (docs/results/.../heads/lambda-1.5)
+        card = Path(s["head"]) / "head.json"  # names its task in the card train-head wrote
+        task = json.loads(card.read_text()).get("task") if card.is_file() else None
+        return task or "unknown task"
     return parts[-1].replace(".", "/")
 
 

@@ -227,6 +227,18 @@ def test_tables_name_the_task_each_head_learned_on_without_splitting_its_row():
     assert head_note([{"dataset": "mbpp", "head": None}]) == ""
 
 
+def test_a_head_kept_outside_results_is_named_by_the_task_its_card_records(tmp_path):
+    from diversed.report import head_source
+
+    kept = tmp_path / "docs" / "heads" / "lambda-1.5"
+    kept.mkdir(parents=True)
+    (kept / "head.json").write_text(json.dumps({"task": "gsm8k"}))
+    base = {"method": "diversed", "dataset": "gsm8k"}
+    assert head_source({**base, "head": str(kept)}) == "gsm8k"
+    assert head_source({**base, "head": str(tmp_path / "docs" / "heads" / "lambda-0.7")}) == "unknown task"
+    assert head_source({**base, "head": "oracle:digits"}) is None  # a hand-made rule learned on nothing
+
+
 def test_doctor_reports_each_local_split_it_finds(cnndm_dir, capsys):
     from diversed.doctor import run_doctor
 
