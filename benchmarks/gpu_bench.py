@@ -14,7 +14,12 @@ Prints, and writes to ``--out`` as JSON, in one run:
 * tokens/s at B = 1 of HF generate, HF assisted, ours ``auto`` and ours ``sd``; at each larger B of
   ``--batch-sizes``, ours ``auto``, ours ``sd`` and HF generate, with the ratios the issue names;
 * fp32 exactness on the device (a tiny pair): greedy ``sd`` equals greedy ``auto``, and batched rows
-  equal batch-1 rows for every method.
+  equal batch-1 rows for every method, for each ``--steps`` (``Decoder(step=...)``: ``eager``; ``fixed``,
+  the fixed-shape step over a pre-allocated cache; ``graphs``, that step replayed from CUDA graphs),
+  and each step's rows equal the eager step's.
+
+Ours runs at every step of ``--steps`` (default: eager and graphs on CUDA, eager and fixed elsewhere);
+a system's name carries its step when it is not eager (``ours_sd[graphs]@1``).
 
 Run it through ``benchmarks/gpu.sh``.
 """
@@ -31,6 +36,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from diversed import DecodeConfig, Decoder, bench
+from diversed.engine.cache import STEPS
 
 SHAPES = {
     "paper": {
@@ -107,30 +113,49 @@ def tokens_per_second(run, prompts: list[list[int]], batch: int, device: str) ->
     return total / (time.perf_counter() - start)
 
 
-def exactness(device: str) -> dict[str, bool]:
-    """fp32 on ``device``: greedy sd = greedy auto, and batched rows = batch-1 rows, per method."""
+def exactness(device: str, steps: list[str]) -> dict[str, bool]:
+    """fp32 on ``device``, per step: greedy sd = greedy auto (eager), batched rows = batch-1 rows per
+    method, and (steps other than eager) batched rows = the eager step's batched rows."""
     target, draft = self_draft_pair(SHAPES["tiny"], 2, 0.3, device, torch.float32, seed=1)
     generator = torch.Generator().manual_seed(1)
     prompts = [torch.randint(3, 512, (5 + 3 * i,), generator=generator).tolist() for i in range(4)]
+    seeds = [7 + i for i in range(len(prompts))]
     results = {}
     auto = Decoder(target, None, DecodeConfig.from_dict({"method": "auto", "max_new_tokens": 12}))
-    sd = Decoder(target, draft, DecodeConfig.from_dict({"method": "sd", "max_new_tokens": 12}))
-    results["greedy sd = auto"] = all(sd.generate(p).token_ids == auto.generate(p).token_ids for p in prompts)
-    for values in EXACTNESS_METHODS:
-        config = DecodeConfig.from_dict({**values, "max_new_tokens": 12, "num_assistant_tokens": 3})
-        batched = Decoder(target, draft, config).generate_batch(
-            prompts, seeds=[7 + i for i in range(len(prompts))]
-        )
-        # a fresh decoder per row: the heuristic schedule's draft length persists across calls (as HF's)
-        single = [
-            Decoder(target, draft, config).generate_batch([p], seeds=[7 + i])[0]
-            for i, p in enumerate(prompts)
-        ]
-        name = " ".join(f"{k}={v}" for k, v in values.items())
-        results[f"batched = batch 1: {name}"] = all(
-            a.token_ids == b.token_ids for a, b in zip(batched, single, strict=True)
-        )
+    reference = [auto.generate(p).token_ids for p in prompts]
+    eager: dict[str, list[list[int]]] = {}
+    for step in ["eager", *[s for s in steps if s != "eager"]]:
+        sd = Decoder(target, draft, DecodeConfig.from_dict({"method": "sd", "max_new_tokens": 12}), step=step)
+        results[f"{step}: greedy sd = auto"] = [sd.generate(p).token_ids for p in prompts] == reference
+        for values in EXACTNESS_METHODS:
+            config = DecodeConfig.from_dict({**values, "max_new_tokens": 12, "num_assistant_tokens": 3})
+            batched = [
+                g.token_ids
+                for g in Decoder(target, draft, config, step=step).generate_batch(prompts, seeds=seeds)
+            ]
+            # a fresh decoder per row: the heuristic schedule's draft length persists across calls (as HF's)
+            single = [
+                Decoder(target, draft, config, step=step).generate_batch([p], seeds=[s])[0].token_ids
+                for p, s in zip(prompts, seeds, strict=True)
+            ]
+            name = " ".join(f"{k}={v}" for k, v in values.items())
+            results[f"{step}: batched = batch 1: {name}"] = batched == single
+            if step == "eager":
+                eager[name] = batched
+            else:
+                results[f"{step}: batched = eager: {name}"] = batched == eager[name]
     return results
+
+
+def ratios(rates: dict[str, float], step: str, sizes: list[int]) -> dict[str, float]:
+    """The issue's ratios for ours at one step: against HF at B = 1, and sd over auto at each B."""
+    tag = "" if step == "eager" else f"[{step}]"
+    auto, sd = f"ours_auto{tag}", f"ours_sd{tag}"
+    return {
+        f"{auto} / hf_generate @1": rates[f"{auto}@1"] / rates["hf_generate@1"],
+        f"{sd} / hf_assisted @1": rates[f"{sd}@1"] / rates["hf_assisted@1"],
+        **{f"{sd} / {auto} @{b}": rates[f"{sd}@{b}"] / rates[f"{auto}@{b}"] for b in sizes},
+    }
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -146,19 +171,26 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=16, help="prompts per B = 1 measurement (16)")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[4, 16, 64])
+    parser.add_argument(
+        "--steps",
+        nargs="+",
+        choices=STEPS,
+        help="ours' steps to time and check (default: eager graphs on CUDA, eager fixed elsewhere)",
+    )
     parser.add_argument("--bandwidth", type=float, default=4.8e12, help="spec memory bandwidth, bytes/s")
     parser.add_argument("--out", help="JSON file to write")
     args = parser.parse_args(argv)
+    steps = args.steps or ["eager", "graphs" if args.device.startswith("cuda") else "fixed"]
     dtype = getattr(torch, args.dtype)
     target, draft = self_draft_pair(SHAPES[args.shapes], args.draft_layers, args.eps, args.device, dtype)
     weight_bytes = bench.weight_bytes(target)
     floor = weight_bytes / args.bandwidth
     context = list(range(3, 3 + 256))
-    steps = {"1 token": bench.step_seconds(target, context, 1)}
-    steps[f"{args.k + 1} tokens"] = bench.step_seconds(target, context, args.k + 1)
+    step_seconds = {"1 token": bench.step_seconds(target, context, 1)}
+    step_seconds[f"{args.k + 1} tokens"] = bench.step_seconds(target, context, args.k + 1)
     for rows in args.batch_sizes:
-        steps[f"1 token x {rows} rows"] = bench.step_seconds(target, context, 1, rows=rows)
-        steps[f"{args.k + 1} tokens x {rows} rows"] = bench.step_seconds(
+        step_seconds[f"1 token x {rows} rows"] = bench.step_seconds(target, context, 1, rows=rows)
+        step_seconds[f"{args.k + 1} tokens x {rows} rows"] = bench.step_seconds(
             target, context, args.k + 1, rows=rows
         )
     generator = torch.Generator().manual_seed(0)
@@ -167,7 +199,10 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = [torch.randint(3, vocab, (40,), generator=generator).tolist() for _ in range(count)]
     fixed = {"max_new_tokens": args.new_tokens, "num_assistant_tokens": args.k}
     ours = {
-        m: Decoder(target, draft if m == "sd" else None, DecodeConfig.from_dict({"method": m, **fixed}))
+        f"ours_{m}" + ("" if step == "eager" else f"[{step}]"): Decoder(
+            target, draft if m == "sd" else None, DecodeConfig.from_dict({"method": m, **fixed}), step=step
+        )
+        for step in steps
         for m in ("auto", "sd")
     }
     bench.configure_assistant(draft, args.k)
@@ -187,17 +222,19 @@ def main(argv: list[str] | None = None) -> dict:
     systems = {
         "hf_generate": lambda b: hf(b, False),
         "hf_assisted": lambda b: hf(b, True),
-        "ours_auto": lambda b: [g.token_ids for g in ours["auto"].generate_batch(b)],
-        "ours_sd": lambda b: [g.token_ids for g in ours["sd"].generate_batch(b)],
+        **{
+            name: (lambda b, d=decoder: [g.token_ids for g in d.generate_batch(b)])
+            for name, decoder in ours.items()
+        },
     }
     for run in systems.values():
         run(prompts[:1])  # warm-up: kernels, allocator
     one = prompts[: args.prompts]
     rates = {f"{name}@1": tokens_per_second(run, one, 1, args.device) for name, run in systems.items()}
     for batch in args.batch_sizes:
-        for name in ("ours_auto", "ours_sd", "hf_generate"):  # HF assisted runs at batch 1 only
+        for name in [*ours, "hf_generate"]:  # HF assisted runs at batch 1 only
             rates[f"{name}@{batch}"] = tokens_per_second(systems[name], prompts[:batch], batch, args.device)
-    stats = [ours["sd"].generate(p).stats for p in one[:4]]
+    stats = [ours["ours_sd"].generate(p).stats for p in one[:4]]
     acceptance = sum(s.accepted for s in stats) / max(1, sum(s.drafted for s in stats))
     sizes = [1, *args.batch_sizes]
     result = {
@@ -209,18 +246,16 @@ def main(argv: list[str] | None = None) -> dict:
         "acceptance_greedy": acceptance,
         "target_weight_bytes": weight_bytes,
         "hbm_floor_seconds": floor,
-        "target_step_seconds": steps,
-        "step_over_floor": {name: seconds / floor for name, seconds in steps.items()},
+        "target_step_seconds": step_seconds,
+        "step_over_floor": {name: seconds / floor for name, seconds in step_seconds.items()},
+        "steps": steps,
         "tok_s": rates,
-        "ratios": {
-            "ours_auto / hf_generate @1": rates["ours_auto@1"] / rates["hf_generate@1"],
-            "ours_sd / hf_assisted @1": rates["ours_sd@1"] / rates["hf_assisted@1"],
-            **{f"ours_sd / ours_auto @{b}": rates[f"ours_sd@{b}"] / rates[f"ours_auto@{b}"] for b in sizes},
+        "ratios": {key: value for step in steps for key, value in ratios(rates, step, sizes).items()},
+        "ours_sd_increases_with_batch": {
+            step: all(rates[f"{sd}@{a}"] < rates[f"{sd}@{b}"] for a, b in zip(sizes, sizes[1:], strict=False))
+            for step, sd in ((step, "ours_sd" + ("" if step == "eager" else f"[{step}]")) for step in steps)
         },
-        "ours_sd_increases_with_batch": all(
-            rates[f"ours_sd@{a}"] < rates[f"ours_sd@{b}"] for a, b in zip(sizes, sizes[1:], strict=False)
-        ),
-        "exact_fp32": exactness(args.device),
+        "exact_fp32": exactness(args.device, steps),
         "k": args.k,
         "new_tokens": args.new_tokens,
         "prompts": args.prompts,

@@ -30,11 +30,14 @@ def test_gpu_script_runs_on_cpu_with_tiny_shapes():
         timeout=600,
     )
     result = json.loads(out.stdout[out.stdout.index("{") :])
+    ours = ("ours_auto", "ours_sd", "ours_auto[fixed]", "ours_sd[fixed]")  # off CUDA: eager and fixed
     assert set(result["tok_s"]) == {
-        *("hf_generate@1", "hf_assisted@1", "ours_auto@1", "ours_sd@1"),
-        *("ours_auto@2", "ours_sd@2", "hf_generate@2"),
+        *("hf_generate@1", "hf_assisted@1", "hf_generate@2"),
+        *(f"{name}@{b}" for name in ours for b in (1, 2)),
     }
     assert all(rate > 0 for rate in result["tok_s"].values())
     assert result["target_step_seconds"]["1 token"] > 0 and result["hbm_floor_seconds"] > 0
     assert "5 tokens x 2 rows" in result["step_over_floor"] and 0 <= result["acceptance_greedy"] <= 1
-    assert result["exact_fp32"] and all(result["exact_fp32"].values())  # CPU fp32: every method exact
+    checks = result["exact_fp32"]  # CPU fp32: every method exact, at both steps, and fixed = eager
+    assert checks and all(checks.values())
+    assert "fixed: batched = eager: method=cascade temperature=1.0" in checks

@@ -2,5 +2,7 @@
 
 ``cpu/``: oneDNN-packed linear layers (``onednn``), their packed weights stored once per machine
 (``packed_store``) and fp16 weight storage (``quantize``), applied by :func:`diversed.models.load_model`
-on CPU. The engine runs unchanged on any device; a backend only swaps how a model's layers compute.
+on CPU. ``cuda/``: the engine's fixed-shape step replayed from CUDA graphs (``graphs``), which
+``Decoder(step="graphs")`` asks for. The engine runs unchanged on any device; a backend only
+changes how a model's layers or forwards compute.
 """

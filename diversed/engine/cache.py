@@ -35,11 +35,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from diversed.engine.compat import forward_with_cache, new_cache
-from diversed.engine.kv import InPlaceKV
+from diversed.engine.kv import FixedKV, InPlaceKV
 from diversed.engine.prefix import SharedPrefix, prefill_rows
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+STEPS = ("eager", "fixed", "graphs")
+"""How a forward runs: ``eager``, over a store that grows with the columns (:func:`key_value_store`);
+``fixed``, over :class:`FixedKV` (one shape for every step, attention over its capacity), still
+eager: the fixed-shape step that the CPU can test; ``graphs``, that step replayed from CUDA graphs
+(:mod:`diversed.backends.cuda.graphs`), on CUDA only."""
 
 
 def key_value_store(model: PreTrainedModel, capacity: int) -> Any:
@@ -57,10 +63,21 @@ def key_value_store(model: PreTrainedModel, capacity: int) -> Any:
 class RaggedCache:
     """One model's shared cache, with per-row validity and lengths (see the module docstring)."""
 
-    def __init__(self, model: PreTrainedModel, batch: int, capacity: int = 256) -> None:
-        """``capacity``: columns to allocate (the storage doubles if a batch needs more)."""
+    def __init__(self, model: PreTrainedModel, batch: int, capacity: int = 256, step: str = "eager") -> None:
+        """``capacity``: columns to allocate (the storage doubles if a batch needs more); ``step``: one
+        of :data:`STEPS`."""
+        if step not in STEPS:
+            raise ValueError(f"step must be one of {', '.join(STEPS)}, not {step!r}")
         self.model = model
-        self.cache = key_value_store(model, capacity)
+        if step == "eager":
+            self.cache = key_value_store(model, capacity)
+        else:
+            self.cache = FixedKV(model.config.num_hidden_layers, capacity)
+        self.runner = None
+        if step == "graphs":
+            from diversed.backends.cuda.graphs import GraphRunner
+
+            self.runner = GraphRunner(model, self.cache)
         device = model.device
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, columns]
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # valid columns per row
@@ -84,22 +101,29 @@ class RaggedCache:
         causal = key_index.unsqueeze(0) <= query_index.unsqueeze(1)  # [q, past + q]
         allowed = valid.unsqueeze(1) & causal.unsqueeze(0)
         allowed = allowed | (key_index.unsqueeze(0) == query_index.unsqueeze(1)).unsqueeze(0)
+        if isinstance(self.cache, FixedKV):  # attention reads every column; unwritten ones are hidden
+            self.cache.reserve(past + width)
+            unwritten = allowed.new_zeros((*allowed.shape[:2], self.cache.capacity - past - width))
+            allowed = torch.cat([allowed, unwritten], dim=2)
         dtype = self.model.dtype
         mask = torch.zeros(allowed.shape, dtype=dtype, device=ids.device)
         mask = mask.masked_fill(~allowed, torch.finfo(dtype).min).unsqueeze(1)
-        out = forward_with_cache(
-            self.model,
-            self.cache,
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            output_hidden_states=hidden,
-            logits_to_keep=logits_to_keep,
-        )
+        if self.runner is not None:
+            logits, states = self.runner(ids, mask, positions, hidden, logits_to_keep)
+        else:
+            out = forward_with_cache(
+                self.model,
+                self.cache,
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                output_hidden_states=hidden,
+                logits_to_keep=logits_to_keep,
+            )
+            logits, states = out.logits, out.hidden_states[-1] if hidden else None
         self.valid = valid
         self.lengths = self.lengths + new_valid.long().sum(1)
-        states = out.hidden_states[-1] if hidden else None
-        return out.logits, states
+        return logits, states
 
     def prefill(self, prompts: list[list[int]], prefix: SharedPrefix | None = None) -> None:
         """Fill an empty cache with each row's tokens, right-aligned (left-padded with holes); the

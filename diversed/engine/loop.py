@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from diversed.config import DecodeConfig
-from diversed.engine.cache import RaggedCache
+from diversed.engine.cache import STEPS, RaggedCache
 from diversed.engine.prefix import SharedPrefix
 from diversed.engine.rules import Block, make_rule, total_variation, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
@@ -79,6 +79,10 @@ class Decoder:
     With a ``prefix`` (the token ids a job's prompts start with), both models compute its KV once,
     at the first batch, and every row starts from it (see :mod:`diversed.engine.prefix`).
 
+    ``step`` says how each forward runs (:data:`~diversed.engine.cache.STEPS`): ``eager`` by default;
+    ``graphs`` replays a fixed-shape step from CUDA graphs on a GPU, where the eager loop is bound by
+    kernel launches; ``fixed`` is that step without the graphs, so a CPU can test it.
+
     The decoder owns the draft-length schedule, so a ``heuristic`` schedule carries its draft
     length from one ``generate`` call to the next, as in Hugging Face. Within one batched call
     every row starts from that state; afterwards the decoder keeps the state of the batch's last
@@ -96,6 +100,7 @@ class Decoder:
         decode_text: Callable[[list[int]], str] | None = None,
         traces: bool = False,
         prefix: SharedPrefix | None = None,
+        step: str = "eager",
     ) -> None:
         if traces and not config.method.speculative:
             raise ValueError("trace mode needs a speculative method (the verification target is sampled)")
@@ -103,6 +108,8 @@ class Decoder:
             raise ValueError(f"method {config.method.value!r} needs a draft model")
         if config.method is Method.DIVERSED and head is None:
             raise ValueError("method 'diversed' needs an ensemble head")
+        if step not in STEPS:
+            raise ValueError(f"step must be one of {', '.join(STEPS)}, not {step!r}")
         self.target, self.draft, self.config = target, draft, config
         self.head = head.to(target.device) if isinstance(head, torch.nn.Module) else head
         self.sampling = Sampling(config.temperature, config.top_k, config.top_p)
@@ -117,6 +124,7 @@ class Decoder:
         self.decode_text = decode_text
         self.traces = traces
         self.prefix = prefix
+        self.step = step  # how each forward runs: diversed.engine.cache.STEPS
         self._hidden = self.rule.needs_hidden_states or traces
         device = target.device
         self._eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
@@ -169,11 +177,11 @@ class Decoder:
         start = time.perf_counter()
         # room for the prompts, the budget and one block of drafts; holes may ask for more (it grows)
         capacity = max(map(len, heads)) + max(budgets) + self.config.num_assistant_tokens + 1
-        target_cache = RaggedCache(self.target, count, capacity)
+        target_cache = RaggedCache(self.target, count, capacity, self.step)
         target_cache.prefill(heads, self.prefix)
         draft_cache = None
         if self.config.method.speculative:
-            draft_cache = RaggedCache(self.draft, count, capacity)
+            draft_cache = RaggedCache(self.draft, count, capacity, self.step)
             draft_cache.prefill(heads, self.prefix)
         last = torch.tensor([p[-1] for p in prompts], dtype=torch.long, device=device)
         return Batch(
