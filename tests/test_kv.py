@@ -176,3 +176,65 @@ def test_the_fixed_shape_step_with_a_shared_prefix_and_a_head_decodes_what_the_e
         return [g.token_ids for g in decoder.generate_batch(prompts, seeds=[1, 2, 3])]
 
     assert tokens("fixed") == tokens("eager")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"method": "sd", "temperature": 0.0},
+        {"method": "static", "target_weight": 0.5, "temperature": 1.0},
+        {"method": "diversed", "temperature": 1.0},
+    ],
+)
+def test_the_graph_runner_replays_what_the_eager_step_decodes(
+    pair, tokenizer, varied_head, monkeypatch, values
+):
+    """The runner's bookkeeping, checked without a GPU: a replay runs the captured forward again with
+    every host-side value frozen at capture and only the static tensors changed, as a graph's kernels
+    are, and refuses to run once the store's buffers moved (a graph would read freed memory). Rows
+    padded to a captured size as they leave (budgets 6 to 30), the columns a replay writes, hidden
+    states for the head, graphs dropped when the store grows (capacity 4): every token must equal
+    the eager step's, with graphs reused (fewer captures than replays)."""
+    from diversed.backends.cuda import graphs
+
+    captures, replays = [], []
+
+    class Replaying(graphs.GraphRunner):
+        def __init__(self, model, store):
+            super().__init__(model, store, capture=self.rerun)
+
+        def rerun(self, forward):
+            captures.append(1)
+            generation, outputs = self.store.generation, forward()
+
+            def replay() -> None:
+                assert self.store.generation == generation, "a graph replayed after its buffers moved"
+                replays.append(1)
+                for static, fresh in zip(outputs, forward(), strict=True):
+                    if static is not None:
+                        static.copy_(fresh)
+
+            return replay, outputs
+
+    target, draft = pair
+    prompts = [tokenizer(p).input_ids for p in ["def f(x):", "a", "The quick brown fox jumps", "1 2 3"]]
+    config = DecodeConfig.from_dict({**values, "max_new_tokens": 30, "num_assistant_tokens": 3})
+    head = varied_head if values["method"] == "diversed" else None
+    budgets, seeds = [6, 30, 17, 11], [5, 6, 7, 8]
+    reference = Decoder(target, draft, config, head=head).generate_batch(prompts, budgets, seeds)
+    monkeypatch.setattr(graphs, "GraphRunner", Replaying)
+    original = cache_module.RaggedCache.__init__
+    stores = []
+
+    def small(self, model, batch, capacity=256, step="eager"):
+        original(self, model, batch, 4, step)
+        stores.append(self.cache)
+
+    monkeypatch.setattr(cache_module.RaggedCache, "__init__", small)
+    replayed = Decoder(target, draft, config, head=head, step="graphs").generate_batch(
+        prompts, budgets, seeds
+    )
+    assert [g.token_ids for g in replayed] == [g.token_ids for g in reference]
+    assert [g.stats.accepted for g in replayed] == [g.stats.accepted for g in reference]
+    assert all(store.generation > 0 for store in stores)
+    assert 0 < len(captures) < len(replays) / 2

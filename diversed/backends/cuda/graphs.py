@@ -17,12 +17,18 @@ verify step). Padded rows write keys and values only into rows of the store that
 
 Capture runs the forward twice on a side stream (lazy initialisations must not be captured), then
 records it; those runs write the same columns the replay writes, with the same values, so nothing
-is lost or doubled.
+is lost or doubled. Everything the forward computes on the host (the store's length, shapes) is
+frozen at capture, as a graph's kernels are; only the static tensors change between replays. How a
+forward is captured is :func:`capture_cuda_graph`'s job; a runner takes another ``capture`` so that
+a CPU test can replay by running the frozen forward again, which checks all the bookkeeping here
+(padding, static inputs, the columns written, outputs, dropping graphs when the store moves).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,6 +40,26 @@ if TYPE_CHECKING:
 
     from diversed.engine.kv import FixedKV
 
+Outputs = tuple[torch.Tensor, "torch.Tensor | None"]
+Capture = Callable[[Callable[[], Outputs]], tuple[Callable[[], None], Outputs]]
+"""Captures a forward: returns what replays it and the outputs each replay overwrites."""
+
+
+def capture_cuda_graph(
+    forward: Callable[[], Outputs], pool: tuple[int, int]
+) -> tuple[Callable[[], None], Outputs]:
+    """Warm ``forward`` up twice on a side stream, then record it as one CUDA graph in ``pool``."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        outputs = forward()
+    return graph.replay, outputs
+
 
 @dataclass
 class _Graph:
@@ -43,21 +69,23 @@ class _Graph:
     mask: torch.Tensor  # [rows, 1, width, capacity]
     positions: torch.Tensor  # [rows, width]
     columns: torch.Tensor  # [width]
-    graph: torch.cuda.CUDAGraph | None = None
-    outputs: tuple[torch.Tensor, torch.Tensor | None] = field(default_factory=tuple)
+    replay: Callable[[], None] | None = None
+    outputs: Outputs = field(default_factory=tuple)
 
 
 class GraphRunner:
     """Runs one model's forwards over a :class:`FixedKV` as CUDA-graph replays (see the module docstring)."""
 
-    def __init__(self, model: PreTrainedModel, store: FixedKV) -> None:
-        if model.device.type != "cuda" or not torch.cuda.is_available():
-            where = model.device
-            raise ValueError(f"step 'graphs' replays CUDA graphs: it needs a model on CUDA, not {where}")
-        self.model, self.store = model, store
+    def __init__(self, model: PreTrainedModel, store: FixedKV, capture: Capture | None = None) -> None:
+        """``capture``: how a forward is recorded (default: a CUDA graph; the model must be on CUDA)."""
+        if capture is None:
+            if model.device.type != "cuda" or not torch.cuda.is_available():
+                where = model.device
+                raise ValueError(f"step 'graphs' replays CUDA graphs: it needs a model on CUDA, not {where}")
+            capture = partial(capture_cuda_graph, pool=torch.cuda.graph_pool_handle())  # one shared pool
+        self.model, self.store, self.capture = model, store, capture
         self.graphs: dict[tuple[int, int, int, bool, int], _Graph] = {}
         self.generation = store.generation
-        self.pool = torch.cuda.graph_pool_handle()  # the graphs share one memory pool
 
     def __call__(
         self,
@@ -89,10 +117,10 @@ class GraphRunner:
         graph.mask[:rows].copy_(mask)
         graph.positions[:rows].copy_(positions)
         graph.columns.copy_(torch.arange(past, past + width, device=ids.device))
-        if graph.graph is None:
+        if graph.replay is None:
             self._capture(graph, hidden, logits_to_keep)
             self.graphs[key] = graph
-        graph.graph.replay()
+        graph.replay()
         store.length = past + width
         logits, states = graph.outputs
         return logits[:rows].clone(), None if states is None else states[:rows].clone()
@@ -100,30 +128,20 @@ class GraphRunner:
     def _capture(self, graph: _Graph, hidden: bool, logits_to_keep: int) -> None:
         store, past = self.store, self.store.length
 
-        def forward() -> tuple[torch.Tensor, torch.Tensor | None]:
-            store.length = past  # each run writes the same columns
-            out = forward_with_cache(
-                self.model,
-                store,
-                input_ids=graph.ids,
-                attention_mask=graph.mask,
-                position_ids=graph.positions,
-                output_hidden_states=hidden,
-                logits_to_keep=logits_to_keep,
-            )
+        def forward() -> Outputs:
+            store.length, store.columns = past, graph.columns  # writes go where the replay says
+            try:
+                out = forward_with_cache(
+                    self.model,
+                    store,
+                    input_ids=graph.ids,
+                    attention_mask=graph.mask,
+                    position_ids=graph.positions,
+                    output_hidden_states=hidden,
+                    logits_to_keep=logits_to_keep,
+                )
+            finally:
+                store.columns = None
             return out.logits, out.hidden_states[-1] if hidden else None
 
-        store.columns = graph.columns  # writes go where the replay says, not to the pointer
-        try:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    forward()
-            torch.cuda.current_stream().wait_stream(side)
-            graph.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph.graph, pool=self.pool):
-                graph.outputs = forward()
-        finally:
-            store.columns = None
-            store.length = past
+        graph.replay, graph.outputs = self.capture(forward)
