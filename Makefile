@@ -33,7 +33,7 @@ test: $(STAMP)
 # venv stays as it is. 5.0-5.12 fail at import beside the `kernels` package newer releases require.
 COMPAT_VERSIONS ?= 5.14.0 5.17.0
 COMPAT_TESTS := tests/test_greedy_identity.py tests/test_batched.py tests/test_prefix.py \
-	tests/test_sampling_exactness.py tests/test_cache_and_head.py tests/test_control.py
+	tests/test_sampling_exactness.py tests/test_cache_and_head.py tests/test_control.py tests/test_kv.py
 test-compat: $(STAMP)
 	@for v in $(COMPAT_VERSIONS); do \
 		test -d .compat/transformers-$$v || $(BIN)/pip install --quiet --target .compat/transformers-$$v \
