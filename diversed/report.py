@@ -137,6 +137,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
             row["seconds_per_example"], row["seconds_per_example_ci"] = None, None
         row["vs_sd"] = paired_vs_sd(row, rows)
         row["vs_static"] = versus_static_curve(row, rows)
+        row["vs_matched"] = versus_matched_static(row, rows)
     return rows
 
 
@@ -197,6 +198,41 @@ def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict
         "gap": gap,
         "gap_ci": interval,
     }
+
+
+MATCH_TOLERANCE = 5e-4
+"""How close a static cell's w must be to a head's mean w on its test tokens to be its matched
+cell (``--target-weight-from`` and ``matched_to: diversed`` round that mean to 4 decimals)."""
+
+
+def versus_matched_static(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The direct comparator of a DIVERSED setting: it minus the static cell at the head's own mean w
+    on the test tokens it decoded (same dataset, temperature, k), paired over the examples both
+    decoded. At equal mean w the two differ only in where the weight goes, so this is the per-token
+    question itself; None when no such static cell ran."""
+    w = (row.get("w_test") or {}).get("w_mean")
+    if row["method"] != "diversed" or w is None or not row["per_example"]:
+        return None
+    matched = [
+        r
+        for r in rows
+        if r["method"] == "static"
+        and (r["dataset"], r["temperature"], r["k"]) == (row["dataset"], row["temperature"], row["k"])
+        and r["per_example"]
+        and abs(r["target_weight"] - w) <= MATCH_TOLERANCE
+    ]
+    aligned = aligned_columns(row, matched[:1]) if matched else None
+    if not aligned:
+        return None
+    n, (mine, theirs) = aligned
+    corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
+    differences = bootstrap.paired_differences(mine, theirs, ("quality", "acceptance_rate"), corpus)
+    return {"w": matched[0]["target_weight"], "n": n, **differences}
+
+
+def half_width(interval: list[float] | None) -> str:
+    """The half-width of a paired interval: about the smallest difference its comparison can detect."""
+    return "--" if not interval else f"{(interval[1] - interval[0]) / 2:.3g}"
 
 
 def speedup_over(auto: dict[str, Any], row: dict[str, Any]) -> tuple[float | None, list[float] | None]:
@@ -296,7 +332,9 @@ def main_table(rows: list[dict[str, Any]], formatted: bool = True):
 
 
 def paired_table(rows: list[dict[str, Any]]):
-    """Each setting minus sd on the same examples: n, delta quality and delta acceptance."""
+    """Each setting minus sd on the same examples (n, delta quality and delta acceptance), its quality
+    above the static line at its acceptance, a DIVERSED setting minus the static cell at its own mean
+    w, and each quality comparison's half-width (about the smallest difference it can detect)."""
     import pandas as pd
 
     records = []
@@ -315,6 +353,21 @@ def paired_table(rows: list[dict[str, Any]]):
                     f"{_cell(r['vs_static']['gap'], r['vs_static']['gap_ci'])} ({r['vs_static']['between']})"
                     if r.get("vs_static")
                     else "--"
+                ),
+                "vs static at its own mean w": (
+                    f"{_cell(matched['quality'], matched['quality_ci'])} at"
+                    f" {_cell(matched['acceptance_rate'], matched['acceptance_rate_ci'])} acceptance"
+                    f" (w={matched['w']:g})"
+                    if (matched := r.get("vs_matched"))
+                    else "--"
+                ),
+                "half-widths (sd / curve / matched)": " / ".join(
+                    half_width((r.get(key) or {}).get(name))
+                    for key, name in (
+                        ("vs_sd", "quality_ci"),
+                        ("vs_static", "gap_ci"),
+                        ("vs_matched", "quality_ci"),
+                    )
                 ),
             }
         )

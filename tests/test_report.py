@@ -66,3 +66,39 @@ def test_settings_that_share_a_marker_are_each_named_above_their_point():
     names = {text.get_text() for text in ax.texts}
     assert names == {"lambda=1.5 k=4", "oracle:digits k=4"}  # sd, alone under its marker, is in the legend
     plt.close(fig)
+
+
+def test_a_diversed_setting_is_compared_with_the_static_cell_at_its_own_mean_w():
+    from diversed.report import versus_matched_static
+
+    def cell(method: str, w: float | None, passed: int, w_test: float | None = None) -> dict:
+        examples = [
+            {
+                "id": str(i),
+                "quality": float(i < passed),
+                "accepted": 3,
+                "drafted": 4,
+                "blocks": 1,
+                "seconds": 1.0,
+            }
+            for i in range(40)
+        ]
+        return {
+            "method": method,
+            "dataset": "gsm8k",
+            "temperature": 1.0,
+            "k": 4,
+            "target_weight": w,
+            "per_example": [{**e, "batch_size": 8} for e in examples],
+            "w_test": None if w_test is None else {"w_mean": w_test},
+            "corpus_bleu": False,
+        }
+
+    head = cell("diversed", None, 12, w_test=0.41173)
+    line = [cell("static", 0.5, 9), cell("static", 0.4117, 10), cell("static", 0.25, 4)]
+    found = versus_matched_static(head, [head, *line])
+    assert found["w"] == 0.4117 and found["n"] == 40
+    assert abs(found["quality"] - 0.05) < 1e-9 and found["quality_ci"][0] <= 0.05 <= found["quality_ci"][1]
+    assert found["acceptance_rate"] == 0.0
+    assert versus_matched_static(head, [head, line[0], line[2]]) is None  # no static cell at w = 0.4117
+    assert versus_matched_static(line[1], [head, *line]) is None  # only a DIVERSED setting has one
