@@ -68,8 +68,8 @@ def _weights_plot(rows, out: Path, plt) -> list[Path]:
     for ax, r in zip(axes[0], weighted, strict=True):
         w = r["w_test"]
         ax.stairs(w["histogram"]["counts"], w["histogram"]["edges"], fill=True, alpha=0.7)
-        title = f"{r['dataset']} {r['setting']}: mean {w['w_mean']:.2f}, std {w['w_std']:.2f}"
-        ax.set_title(f"{title} (n = {w['tokens']})", fontsize=8)
+        summary = f"mean {w['w_mean']:.2f}, std {w['w_std']:.2f}, n = {w['tokens']} tokens"
+        ax.set_title(f"{r['dataset']} {r['setting']}\n{summary}", fontsize=8)  # two lines: long names fit
         ax.set_xlabel("target weight w on decoded tokens")
         ax.set_ylabel("tokens")
     return _save(fig, out, "w_test_histogram", plt)
