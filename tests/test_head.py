@@ -421,3 +421,31 @@ def test_partial_credit_is_the_share_of_asserts_passed_and_pass_fail_stays_the_d
     assert task_reward("mbpp", cheat, example, partial_credit=True) == pytest.approx(2 / 3)  # output unread
     gsm = Example("2", "gsm8k", "", "4", {"question": "2 + 2?", "answer": "#### 4"})
     assert task_reward("gsm8k", "4", gsm, partial_credit=True) == 1.0  # not a code task: unchanged
+
+
+def test_each_checkpoint_is_scored_against_the_static_head_at_its_own_mean_w():
+    """The per-token question on validation: a head that keeps the target where the draft is wrong
+    (w ~ 1) and leans on the draft elsewhere (w 0.4) beats the constant head at its own mean w (0.7,
+    not the start's 0.5) in estimated reward, at lower acceptance (its weight sits where TV is
+    high); the reverse head loses; the start is its own comparator, exactly."""
+    trajectories, hard = synthetic_traces(64)
+    start = EnsembleHead(6, 6)
+    base = prompt_gains(start, trajectories, 0.5)
+
+    def placed(sign: float) -> EnsembleHead:  # w ~ 1 on hard contexts, 0.4 on easy ones (sign -1: swapped)
+        head = EnsembleHead(6, 6)
+        with torch.no_grad():
+            head.out.weight.zero_()
+            head.out.weight[1, 0] = -20.0 * sign  # feature 0 of h_draft: +1 easy, -1 hard
+            head.out.bias[1] = 19.6  # logit(0.4) = -0.405 = 19.6 - 20
+        return head
+
+    at_start, aligned, reverse = (
+        validation_figures(h, trajectories, 0.5, base, 0.95) for h in (start, placed(1), placed(-1))
+    )
+    assert at_start["val_reward_vs_static"] == at_start["val_reward_vs_static_low"] == 0.0
+    assert at_start["val_acceptance_vs_static"] == 0.0
+    assert aligned["val_mean_weight"] == pytest.approx(0.7, abs=0.01)
+    assert aligned["val_reward_vs_static"] != pytest.approx(aligned["val_reward_vs_start"])
+    assert aligned["val_reward_vs_static_low"] > 0 and aligned["val_acceptance_vs_static"] < -0.05
+    assert reverse["val_reward_vs_static"] < 0 and reverse["val_acceptance_vs_static"] > 0.05

@@ -18,6 +18,12 @@ Why a bound, not the point estimate: the spread of the estimate grows with how f
 from the behaviour. On the embedded default's second round (8 validation prompts) the collapsed
 checkpoints (w ~ 0.008) had point estimates of +0.03 to +0.10 pass rate, which a point-estimate rule
 took, and lower bounds of -0.11 to -0.14, which this one refuses.
+Beside the rule, each checkpoint is also scored against its *static comparator*, the constant head
+at its own validation mean w (``val_reward_vs_static``, ``val_acceptance_vs_static``): the same
+mean weight spent uniformly. That is the paper's per-token question asked on validation prompts
+(the test cells ask it of the static cell at the head's mean w on its decoded test tokens); the rule
+does not use it yet, but a head the start beats or matches can still be told from one that only
+moved along the static line.
 When every training sequence has the same reward there is nothing to learn (with A = R - 1 an
 all-failed set still has |A| = 1, so S would let the acceptance term act alone): the starting head
 is kept.
@@ -83,6 +89,16 @@ def lower_bound(differences: torch.Tensor, confidence: float) -> tuple[float, fl
     return mean, mean - NormalDist().inv_cdf(confidence) * spread
 
 
+def constant_head(like: EnsembleHead, w: float) -> EnsembleHead:
+    """A head of ``like``'s sizes that puts ``w`` on every token: the static ensemble as a head."""
+    head = EnsembleHead(like.d_draft, like.d_target, like.hidden)
+    w = min(max(w, 1e-6), 1 - 1e-6)
+    with torch.no_grad():
+        head.out.weight.zero_()
+        head.out.bias.copy_(torch.tensor([0.0, math.log(w / (1 - w))]))
+    return head
+
+
 def validation_figures(
     head: EnsembleHead,
     validation: Sequence[Trajectory],
@@ -92,13 +108,19 @@ def validation_figures(
 ) -> dict[str, Any]:
     """A checkpoint's figures for the selection rule: :func:`_scores`'s, plus its reward change
     against the starting head (whose ``prompt_gains`` are ``start_gains``), paired over the
-    validation prompts, and that change's lower bound (None without a spread estimate)."""
+    validation prompts, and that change's lower bound (None without a spread estimate); and the
+    same against its static comparator, with the acceptance difference (module docstring)."""
     gains, figures = _scores(head, validation, baseline)
     change, low = lower_bound(gains - start_gains, confidence)
+    static_gains, static = _scores(constant_head(head, figures["val_mean_weight"]), validation, baseline)
+    versus_static, static_low = lower_bound(gains - static_gains, confidence)
     return {
         **figures,
         "val_reward_vs_start": change,
         "val_reward_vs_start_low": low if math.isfinite(low) else None,  # JSON has no -inf
+        "val_reward_vs_static": versus_static,
+        "val_reward_vs_static_low": static_low if math.isfinite(static_low) else None,
+        "val_acceptance_vs_static": figures["val_acceptance"] - static["val_acceptance"],
     }
 
 
