@@ -147,10 +147,14 @@ def exactness(device: str, steps: list[str]) -> dict[str, bool]:
     return results
 
 
+def ours_name(method: str, step: str) -> str:
+    """A system's name in the record: ``ours_sd``, or ``ours_sd[graphs]`` at a step other than eager."""
+    return f"ours_{method}" + ("" if step == "eager" else f"[{step}]")
+
+
 def ratios(rates: dict[str, float], step: str, sizes: list[int]) -> dict[str, float]:
     """The issue's ratios for ours at one step: against HF at B = 1, and sd over auto at each B."""
-    tag = "" if step == "eager" else f"[{step}]"
-    auto, sd = f"ours_auto{tag}", f"ours_sd{tag}"
+    auto, sd = ours_name("auto", step), ours_name("sd", step)
     return {
         f"{auto} / hf_generate @1": rates[f"{auto}@1"] / rates["hf_generate@1"],
         f"{sd} / hf_assisted @1": rates[f"{sd}@1"] / rates["hf_assisted@1"],
@@ -199,7 +203,7 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = [torch.randint(3, vocab, (40,), generator=generator).tolist() for _ in range(count)]
     fixed = {"max_new_tokens": args.new_tokens, "num_assistant_tokens": args.k}
     ours = {
-        f"ours_{m}" + ("" if step == "eager" else f"[{step}]"): Decoder(
+        ours_name(m, step): Decoder(
             target, draft if m == "sd" else None, DecodeConfig.from_dict({"method": m, **fixed}), step=step
         )
         for step in steps
@@ -252,8 +256,11 @@ def main(argv: list[str] | None = None) -> dict:
         "tok_s": rates,
         "ratios": {key: value for step in steps for key, value in ratios(rates, step, sizes).items()},
         "ours_sd_increases_with_batch": {
-            step: all(rates[f"{sd}@{a}"] < rates[f"{sd}@{b}"] for a, b in zip(sizes, sizes[1:], strict=False))
-            for step, sd in ((step, "ours_sd" + ("" if step == "eager" else f"[{step}]")) for step in steps)
+            step: all(
+                rates[f"{ours_name('sd', step)}@{a}"] < rates[f"{ours_name('sd', step)}@{b}"]
+                for a, b in zip(sizes, sizes[1:], strict=False)
+            )
+            for step in steps
         },
         "exact_fp32": exactness(args.device, steps),
         "k": args.k,

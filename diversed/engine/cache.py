@@ -48,6 +48,13 @@ eager: the fixed-shape step that the CPU can test; ``graphs``, that step replaye
 (:mod:`diversed.backends.cuda.graphs`), on CUDA only."""
 
 
+def check_step(step: str) -> str:
+    """``step`` if it is one of :data:`STEPS`, else a ValueError that names them."""
+    if step not in STEPS:
+        raise ValueError(f"step must be one of {', '.join(STEPS)}, not {step!r}")
+    return step
+
+
 def key_value_store(model: PreTrainedModel, capacity: int) -> Any:
     """Where one model's keys and values live. On an accelerator, :class:`InPlaceKV` (buffers written
     in place: no ``cat`` of the whole cache per layer and forward, the launch-bound GPU loop's cost).
@@ -66,10 +73,8 @@ class RaggedCache:
     def __init__(self, model: PreTrainedModel, batch: int, capacity: int = 256, step: str = "eager") -> None:
         """``capacity``: columns to allocate (the storage doubles if a batch needs more); ``step``: one
         of :data:`STEPS`."""
-        if step not in STEPS:
-            raise ValueError(f"step must be one of {', '.join(STEPS)}, not {step!r}")
         self.model = model
-        if step == "eager":
+        if check_step(step) == "eager":
             self.cache = key_value_store(model, capacity)
         else:
             self.cache = FixedKV(model.config.num_hidden_layers, capacity)

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from diversed.config import DecodeConfig
-from diversed.engine.cache import STEPS, RaggedCache
+from diversed.engine.cache import RaggedCache, check_step
 from diversed.engine.prefix import SharedPrefix
 from diversed.engine.rules import Block, make_rule, total_variation, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
@@ -108,8 +108,6 @@ class Decoder:
             raise ValueError(f"method {config.method.value!r} needs a draft model")
         if config.method is Method.DIVERSED and head is None:
             raise ValueError("method 'diversed' needs an ensemble head")
-        if step not in STEPS:
-            raise ValueError(f"step must be one of {', '.join(STEPS)}, not {step!r}")
         self.target, self.draft, self.config = target, draft, config
         self.head = head.to(target.device) if isinstance(head, torch.nn.Module) else head
         self.sampling = Sampling(config.temperature, config.top_k, config.top_p)
@@ -124,7 +122,7 @@ class Decoder:
         self.decode_text = decode_text
         self.traces = traces
         self.prefix = prefix
-        self.step = step  # how each forward runs: diversed.engine.cache.STEPS
+        self.step = check_step(step)  # how each forward runs: diversed.engine.cache.STEPS
         self._hidden = self.rule.needs_hidden_states or traces
         device = target.device
         self._eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)
