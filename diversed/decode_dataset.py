@@ -151,6 +151,7 @@ def run_decode(
     batch_size: int = 1,
     latency_examples: int = 0,
     prefix_cache: bool = True,
+    step: str = "eager",
 ) -> Path:
     """Decode every example of ``job`` not yet in ``out``; return the file written.
 
@@ -158,7 +159,8 @@ def run_decode(
     and writes them to its own shard file (see :func:`merge_shards`). With ``prefix_cache`` the
     task's shared prompt start (few-shot block, instruction) is prefilled once per model for the
     whole job; like the batch size it changes no output (fp32), only the time, and each record
-    says whether it was on.
+    says whether it was on. ``step`` is how each forward runs (:data:`diversed.engine.cache.STEPS`),
+    also recorded: the same outputs in fp32, another speed.
     """
     check_range("batch_size", batch_size, minimum=1)
     check_range("latency_examples", latency_examples, minimum=0)
@@ -186,7 +188,7 @@ def run_decode(
     prefix = shared_prefix(tokenizer, todo[0][1].prefix, job.chat, prompts.values()) if prefix_cache else None
     if prefix:
         print(f"{job.dataset}: {len(prefix)} shared prompt tokens, prefilled once per model", file=sys.stderr)
-    decoder = stack.decoder(job.config, task.stop_strings, prefix=prefix)
+    decoder = stack.decoder(job.config, task.stop_strings, prefix=prefix, step=step)
     settings, digest = job.settings(), job.settings_hash()
     done_stats = [GenerationStats()]
     batch_seconds = 0.0
@@ -219,6 +221,7 @@ def run_decode(
                     "stats": result.stats.to_dict(),
                     "batch": batch_info,
                     "prefix_cache": prefix_cache,
+                    "step": step,
                     "settings": settings,
                     "settings_hash": digest,
                 }

@@ -25,6 +25,7 @@ from typing import Any
 from diversed import bootstrap
 from diversed.data import get_task
 from diversed.metrics import QUALITY
+from diversed.weights import MATCH_TOLERANCE
 
 CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example", "speedup")
 METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "diversed": 5}
@@ -165,20 +166,20 @@ def static_sweep(rows: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]
     return sorted(sweep, key=lambda pair: pair[0])
 
 
+def same_cell(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two settings whose rows are comparable: the same dataset, temperature and draft length."""
+    return (a["dataset"], a["temperature"], a["k"]) == (b["dataset"], b["temperature"], b["k"])
+
+
 def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The paper's second claim for a non-static setting: its quality minus the static sweep's
     quality at the same acceptance (the line between the two weights of :func:`static_sweep` whose
     acceptances bracket it; same dataset, temperature, k), on the examples all three decoded."""
     if row["method"] in ("static", "auto", "sd") or not row["per_example"] or row["acceptance_rate"] is None:
         return None
-    same_cell = [
-        r
-        for r in rows
-        if (r["dataset"], r["temperature"], r["k"]) == (row["dataset"], row["temperature"], row["k"])
-        and r["per_example"]
-        and r["acceptance_rate"] is not None
-    ]
-    points = sorted(static_sweep(same_cell), key=lambda pair: pair[1]["acceptance_rate"])
+    measured = [r for r in rows if r["per_example"] and r["acceptance_rate"] is not None]
+    comparable = [r for r in measured if same_cell(r, row)]
+    points = sorted(static_sweep(comparable), key=lambda pair: pair[1]["acceptance_rate"])
     bracket = next(
         (
             (a, b)
@@ -200,11 +201,6 @@ def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict
     }
 
 
-MATCH_TOLERANCE = 5e-4
-"""How close a static cell's w must be to a head's mean w on its test tokens to be its matched
-cell (``--target-weight-from`` and ``matched_to: diversed`` round that mean to 4 decimals)."""
-
-
 def versus_matched_static(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The direct comparator of a DIVERSED setting: it minus the static cell at the head's own mean w
     on the test tokens it decoded (same dataset, temperature, k), paired over the examples both
@@ -217,7 +213,7 @@ def versus_matched_static(row: dict[str, Any], rows: list[dict[str, Any]]) -> di
         r
         for r in rows
         if r["method"] == "static"
-        and (r["dataset"], r["temperature"], r["k"]) == (row["dataset"], row["temperature"], row["k"])
+        and same_cell(r, row)
         and r["per_example"]
         and abs(r["target_weight"] - w) <= MATCH_TOLERANCE
     ]

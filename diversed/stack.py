@@ -38,7 +38,7 @@ class Stack:
         head: EnsembleHead | None = None,
         **kwargs: Any,
     ) -> Decoder:
-        """A decoder for one setting over this stack (``kwargs``: ``traces``, ``prefix``); ``head``
+        """A decoder for one setting over this stack (``kwargs``: ``traces``, ``prefix``, ``step``); ``head``
         replaces the stack's own (the on-policy check decodes under two heads on one stack)."""
         return Decoder(
             self.target,

@@ -16,6 +16,12 @@ from collections.abc import Iterable
 from typing import Any
 
 TOKEN_CLASSES = ("digit", "whitespace", "keyword", "other")
+MATCHED_DECIMALS = 4
+"""A head's mean w becomes its matched static cell's w rounded to this many decimals: a weight a
+file name and a config can carry, 5e-5 at most from the mean."""
+MATCH_TOLERANCE = 10.0**-MATCHED_DECIMALS
+"""How far a static cell's w may lie from a head's mean w and still be its matched cell: one unit of
+the last decimal kept (the rounding moves it half of that)."""
 
 
 def token_class(text: str) -> str:
@@ -76,3 +82,10 @@ def weight_statistics(records: Iterable[dict[str, Any]]) -> dict[str, Any] | Non
         "corr_entropy": _correlation(w, entropy),
         "histogram": {"edges": [i / 20 for i in range(21)], "counts": counts},
     }
+
+
+def matched_weight(records: Iterable[dict[str, Any]]) -> float | None:
+    """The static w that is a DIVERSED decode's direct comparator: its head's mean w on the tokens it
+    decoded, rounded to :data:`MATCHED_DECIMALS` (None when no record carries weights)."""
+    statistics = weight_statistics(records)
+    return None if statistics is None else round(statistics["w_mean"], MATCHED_DECIMALS)

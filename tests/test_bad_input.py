@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from diversed.cli import main
-from diversed.config import ConfigError
+from diversed.config import DTYPES, QUANTIZE, ConfigError
+from diversed.engine.cache import STEPS
 from diversed.grid import expand
 from diversed.tiny import write_tiny_pair
 from diversed.traces import TraceJob
@@ -68,6 +69,13 @@ def test_decode_refuses_a_count_below_one_before_writing(model_dirs, tmp_path, c
     out = tmp_path / "he.jsonl"
     err = error_of(decode(model_dirs, out, "--n-examples", n), capsys)
     assert f"n_examples: {n} is less than the minimum of 1" in err
+    assert not out.exists()
+
+
+def test_graphs_off_cuda_are_refused_by_flag_before_anything_is_written(model_dirs, tmp_path, capsys):
+    out = tmp_path / "he.jsonl"
+    err = error_of(decode(model_dirs, out, "--step", "graphs"), capsys)
+    assert "--step graphs replays CUDA graphs: it needs --device cuda, not 'cpu'" in err
     assert not out.exists()
 
 
@@ -183,6 +191,15 @@ def test_workflow_config_errors_are_one_line_naming_the_key():
     config["data"]["n_examples"] = -3
     with pytest.raises(ConfigError, match=r"^data.n_examples: -3 is less than the minimum of 1$"):
         validate_config(config, WORKFLOW_SCHEMA)
+
+
+def test_the_workflow_schema_offers_the_choices_the_cli_offers():
+    """The workflow schema's hand-written enums are the CLI's tuples: a choice added to one is added
+    to the other, or this fails."""
+    properties = yaml.safe_load(Path(WORKFLOW_SCHEMA).read_text())["properties"]
+    assert properties["decode"]["properties"]["step"]["enum"] == list(STEPS)
+    assert properties["models"]["properties"]["dtype"]["enum"] == list(DTYPES)
+    assert properties["models"]["properties"]["quantize"]["enum"] == list(QUANTIZE)
 
 
 def test_a_bad_grid_entry_is_named():

@@ -184,3 +184,16 @@ def test_killed_batched_decode_resumes_without_duplicates(model_dirs, tmp_path):
     again = lines(out)
     assert [r["id"] for r in again] == [r["id"] for r in full]
     assert [r["token_ids"] for r in again] == [r["token_ids"] for r in full]
+
+
+def test_decode_with_the_fixed_step_writes_the_eager_records_and_says_so(model_dirs, tmp_path):
+    """``--step fixed`` (the shape CUDA graphs replay) is a speed choice: the same tokens in fp32,
+    batched, with rows leaving; each record says which step made it."""
+    records = {}
+    for step in ("eager", "fixed"):
+        out = tmp_path / f"{step}.jsonl"
+        extra = ("--temperature", "1.0", "--batch-size", "3", "--dtype", "float32", "--step", step)
+        assert main(decode_argv(model_dirs, out, 5, *extra)) == 0
+        records[step] = lines(out)
+    assert [r["token_ids"] for r in records["fixed"]] == [r["token_ids"] for r in records["eager"]]
+    assert {r["step"] for r in records["fixed"]} == {"fixed"} and records["eager"][0]["step"] == "eager"

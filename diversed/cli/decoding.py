@@ -13,7 +13,9 @@ from diversed.cli.flags import (
     add_decoding_flags,
     add_model_flags,
     add_prefix_flag,
+    add_step_flag,
     check_method_inputs,
+    check_step_device,
     decode_config,
     from_args,
 )
@@ -27,6 +29,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     config = decode_config(args)
     check_method_inputs(config, args)
+    check_step_device(args)
     stack = load_stack(
         args.target,
         args.draft if config.method.speculative else None,
@@ -37,7 +40,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         args.head if config.method is Method.DIVERSED else None,
         args.draft_transform if config.method.speculative else None,
     )
-    tokenizer, decoder = stack.tokenizer, stack.decoder(config)
+    tokenizer, decoder = stack.tokenizer, stack.decoder(config, step=args.step)
     prompts = [prompt_ids(tokenizer, prompt, args.chat) for prompt in args.prompt]
     for result in decoder.generate_batch(prompts):  # one batch; every row seeded with --seed
         text = tokenizer.decode(result.token_ids, skip_special_tokens=True)
@@ -53,14 +56,14 @@ def matched_config(config: DecodeConfig, path: str) -> DecodeConfig:
     """``static`` at the mean weight a DIVERSED head put on the tokens of a decode file: the fixed
     weight that head is to beat (the same w on average, spent evenly instead of per token)."""
     from diversed.files import read_jsonl
-    from diversed.weights import weight_statistics
+    from diversed.weights import matched_weight
 
     if config.method is not Method.STATIC:
         raise ConfigError(f"--target-weight-from sets a static weight; method is {config.method.value}")
-    statistics = weight_statistics(read_jsonl(path))
-    if statistics is None:
+    w = matched_weight(read_jsonl(path))
+    if w is None:
         raise ConfigError(f"{path}: no record carries a head's per-token weights (a diversed decode file)")
-    return replace(config, target_weight=round(statistics["w_mean"], 4))
+    return replace(config, target_weight=w)
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
@@ -68,6 +71,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
     config = decode_config(args)
     check_method_inputs(config, args)
+    check_step_device(args)
     if args.target_weight_from:
         config = matched_config(config, args.target_weight_from)
     head = args.head if config.method is Method.DIVERSED else None
@@ -86,6 +90,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
                 batch_size=args.batch_size,
                 latency_examples=args.latency_examples,
                 prefix_cache=args.prefix_cache == "on",
+                step=args.step,
             )
         )
         return 0
@@ -110,6 +115,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
         args.batch_size,
         args.latency_examples,
         args.prefix_cache == "on",
+        args.step,
     )
     state.wait_for_everyone()
     if state.is_main_process:
@@ -134,6 +140,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def add_generate(sub: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("generate", help="decode prompts (one batch) and print the texts and statistics")
     add_model_flags(gen)
+    add_step_flag(gen)
     add_decoding_flags(gen)
     gen.add_argument(
         "--prompt",
@@ -154,6 +161,7 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
 def add_decode(sub: argparse._SubParsersAction) -> None:
     dec = sub.add_parser("decode", help="decode a dataset split into a resumable JSONL file")
     add_model_flags(dec)
+    add_step_flag(dec)
     add_decoding_flags(dec)
     dec.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
     dec.add_argument("--split", default="test", help="split to decode (default test)")

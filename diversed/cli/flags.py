@@ -8,6 +8,7 @@ from typing import Any
 
 from diversed.config import DTYPES, QUANTIZE, ConfigError, DecodeConfig, add_knob_flags, check_range
 from diversed.control import DRAFT_TRANSFORMS
+from diversed.engine.cache import STEPS
 from diversed.methods import Method, parse_method
 
 
@@ -85,6 +86,23 @@ def from_args(cls: type, args: argparse.Namespace, **overrides: Any) -> Any:
     win (for flags whose value needs converting), and fields without a flag keep their default."""
     values = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
     return cls(**{**values, **overrides})
+
+
+def add_step_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--step",
+        choices=STEPS,
+        default="eager",
+        help="how each forward runs: eager (default); graphs: a fixed-shape step replayed from CUDA graphs"
+        " (CUDA only, for GPUs where the eager loop is bound by kernel launches); fixed: that step without"
+        " the graphs. In fp32 outputs do not depend on it (tested on CPUs; see diversed/engine/cache.py)",
+    )
+
+
+def check_step_device(args: argparse.Namespace) -> None:
+    """Refuse ``--step graphs`` off CUDA before any model is loaded (it would fail at the first batch)."""
+    if args.step == "graphs" and not str(args.device).startswith("cuda"):
+        raise ConfigError(f"--step graphs replays CUDA graphs: it needs --device cuda, not {args.device!r}")
 
 
 def add_prefix_flag(parser: argparse.ArgumentParser) -> None:

@@ -22,6 +22,7 @@ rule decode:
         transform=transform_flag(),
         flags=data_flags(),
         batch_size=DECODE["batch_size"],
+        step=DECODE["step"],
         latency_examples=DECODE["latency_examples"],
         src=src_hash("engine", "backends/cpu", "decode_dataset.py", "data/tasks.py", "control.py"),
     threads: 2
@@ -33,5 +34,5 @@ rule decode:
         "(diversed --track decode decode --dataset {wildcards.dataset} --split {params.split} --n-examples {params.n}"
         " --target {params.target} --draft {params.draft} {params.transform} --dtype {params.dtype} --quantize {params.quantize} {params.chat}"
         " {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
-        " --batch-size {params.batch_size} --latency-examples {params.latency_examples}"
+        " --batch-size {params.batch_size} --step {params.step} --latency-examples {params.latency_examples}"
         " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"
