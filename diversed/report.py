@@ -330,7 +330,9 @@ def main_table(rows: list[dict[str, Any]], formatted: bool = True):
 def paired_table(rows: list[dict[str, Any]]):
     """Each setting minus sd on the same examples (n, delta quality and delta acceptance), its quality
     above the static line at its acceptance, a DIVERSED setting minus the static cell at its own mean
-    w, and each quality comparison's half-width (about the smallest difference it can detect)."""
+    w, and each quality comparison's half-width (about the smallest difference it can detect). The
+    quality metric is named in a column of its own, so datasets scored by different metrics (GSM8K's
+    accuracy, MBPP's pass@1) share one set of columns."""
     import pandas as pd
 
     records = []
@@ -343,9 +345,10 @@ def paired_table(rows: list[dict[str, Any]]):
                 "dataset": r["dataset"],
                 "setting": r["setting"],
                 "n": diff["n"],
-                f"delta {r['quality_name']}": _cell(diff["quality"], diff["quality_ci"]),
+                "quality": r["quality_name"],
+                "delta quality": _cell(diff["quality"], diff["quality_ci"]),
                 "delta acceptance": _cell(diff.get("acceptance_rate"), diff.get("acceptance_rate_ci")),
-                f"{r['quality_name']} above the static curve": (
+                "quality above the static curve": (
                     f"{_cell(r['vs_static']['gap'], r['vs_static']['gap_ci'])} ({r['vs_static']['between']})"
                     if r.get("vs_static")
                     else "--"

@@ -102,3 +102,23 @@ def test_a_diversed_setting_is_compared_with_the_static_cell_at_its_own_mean_w()
     assert found["acceptance_rate"] == 0.0
     assert versus_matched_static(head, [head, line[0], line[2]]) is None  # no static cell at w = 0.4117
     assert versus_matched_static(line[1], [head, *line]) is None  # only a DIVERSED setting has one
+
+
+def test_the_paired_table_shares_its_quality_columns_across_metrics():
+    """GSM8K (accuracy) and MBPP (pass@1) in one table: one set of quality columns, the metric named
+    in its own column, no empty cells where the other dataset's metric would have been."""
+    from diversed.report import paired_table
+
+    def compared(dataset: str, name: str) -> dict:
+        diff = {"n": 200, "quality": -2.0, "quality_ci": [-5.0, 1.0], "acceptance_rate": 0.1}
+        diff["acceptance_rate_ci"] = [0.08, 0.12]
+        return {"dataset": dataset, "setting": "static w=0.5 k=4 T=1", "quality_name": name, "vs_sd": diff}
+
+    table = paired_table([compared("gsm8k", "accuracy"), compared("mbpp", "pass@1")])
+    assert list(table["quality"]) == ["accuracy", "pass@1"]
+    assert [c for c in table.columns if "quality" in c] == [
+        "quality",
+        "delta quality",
+        "quality above the static curve",
+    ]
+    assert list(table["delta quality"]) == ["-2 [-5, 1]"] * 2 and not table.isna().any().any()
