@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     if not args.base:
         parser.error("--base is required")
     if not args.dtype:
-        from diversed.backends.cpu.onednn import choose_dtype
+        from diversed.devices import choose_dtype
 
         args.dtype = choose_dtype("auto", "cpu")[0]  # bf16 where the CPU has it, as a decode job runs
     started = time.time()

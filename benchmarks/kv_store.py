@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.tiny:
         target, draft, tokenizer, name, _ = bench._tiny_bench_pair()
     else:
-        from diversed.backends.cpu.onednn import choose_dtype
+        from diversed.devices import choose_dtype
 
         dtype = choose_dtype("auto", "cpu")[0]  # bf16 where the CPU has it, as a decode job runs
         embedded = ("embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b")

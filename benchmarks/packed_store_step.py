@@ -27,7 +27,7 @@ def one(steps: int) -> dict:
     import torch
     from transformers import DynamicCache
 
-    from diversed.backends.cpu.onednn import choose_dtype
+    from diversed.devices import choose_dtype
     from diversed.models import load_model
 
     dtype = choose_dtype("auto")[0]

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from diversed.backends.cpu.onednn import choose_dtype
+from diversed.devices import choose_dtype
 from diversed.bench import provenance
 
 TARGET, DRAFT = "embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b"

@@ -163,7 +163,7 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    from diversed.backends.cpu.onednn import choose_dtype
+    from diversed.devices import choose_dtype
     from diversed.bench import provenance
 
     record = {"stages": rows, "dtype": "auto -> {} ({})".format(*choose_dtype("auto")), **provenance()}

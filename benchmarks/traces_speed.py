@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from diversed.backends.cpu.onednn import choose_dtype
+from diversed.devices import choose_dtype
 from diversed.config import DTYPES
 from diversed.data import load_examples
 from diversed.engine.cache import RaggedCache

@@ -35,6 +35,7 @@ import torch
 import transformers
 
 from diversed.config import DecodeConfig
+from diversed.devices import is_cuda, sync, timed
 from diversed.engine.cache import RaggedCache
 from diversed.engine.loop import Decoder
 from diversed.engine.stats import GenerationStats, leviathan_speedup
@@ -73,6 +74,7 @@ class BenchSpec:
     repeats: int = 3
     threads: int | None = None
     onednn: bool = True
+    device: str = "cpu"
 
 
 def _tiny_bench_pair():
@@ -89,7 +91,9 @@ def _tiny_bench_pair():
 def _load_pair(spec: BenchSpec):
     from diversed.models import load_pair, load_tokenizer
 
-    target, draft = load_pair(spec.target, spec.draft, spec.dtype, onednn=spec.onednn, quantize=spec.quantize)
+    target, draft = load_pair(
+        spec.target, spec.draft, spec.dtype, spec.device, onednn=spec.onednn, quantize=spec.quantize
+    )
     return target, draft, load_tokenizer(spec.target), spec.target, spec.draft
 
 
@@ -99,7 +103,7 @@ def _stock_pair(spec: BenchSpec, target, draft):
         return copy.deepcopy(target), copy.deepcopy(draft)  # taken before our linears are installed
     from diversed.models import load_pair
 
-    return load_pair(spec.target, spec.draft, spec.dtype, onednn=False)
+    return load_pair(spec.target, spec.draft, spec.dtype, spec.device, onednn=False)
 
 
 def _prompts(spec: BenchSpec, tokenizer) -> tuple[list[list[int]], str]:
@@ -111,12 +115,6 @@ def _prompts(spec: BenchSpec, tokenizer) -> tuple[list[list[int]], str]:
         examples = load_examples(spec.dataset, "test", spec.n_prompts, directory=spec.data_dir)
         return [tokenizer(e.prompt).input_ids for e in examples], f"{spec.dataset} test, seeded subset"
     return [tokenizer(p).input_ids for p in DEFAULT_PROMPTS], "built-in"
-
-
-def sync(device: torch.device) -> None:
-    """Wait for the device's queued work, so wall-clock times cover it (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def step_seconds(model, prompt: list[int], new_tokens: int, rows: int = 1, repeats: int = 5) -> float:
@@ -159,18 +157,16 @@ def provenance() -> dict[str, Any]:
     }
 
 
-def read_bandwidth(gib: float = 2.0, repeats: int = 5) -> float:
-    """Memory read bandwidth in bytes/s: a sum over ``gib`` GiB of touched fp32, best of ``repeats``.
-
-    The buffer is filled first (untouched pages all map to one zero page and read at fantasy speed).
-    """
-    buffer = torch.ones(int(gib * 2**30) // 4, dtype=torch.float32)
-    best = float("inf")
+def read_bandwidth(gib: float = 2.0, repeats: int = 5, device: str = "cpu") -> float:
+    """Memory read bandwidth of ``device`` in bytes/s: a sum over ``gib`` GiB of touched fp32, best
+    of ``repeats``. The buffer is filled first (untouched pages all map to one zero page and read
+    at fantasy speed); on a GPU the timer waits for the kernel."""
+    buffer = torch.ones(int(gib * 2**30) // 4, dtype=torch.float32, device=device)
+    times: list[float] = []
     for _ in range(repeats):
-        start = time.perf_counter()
-        buffer.sum()
-        best = min(best, time.perf_counter() - start)
-    return buffer.numel() * 4 / best
+        with timed(device, times):
+            buffer.sum()
+    return buffer.numel() * 4 / min(times)
 
 
 def weight_bytes(model) -> int:
@@ -257,8 +253,10 @@ def run_bench(spec: BenchSpec) -> dict[str, Any]:
     if not spec.target:
         from diversed.models import use_cpu_linears
 
+        for model in (target, draft, *stock):
+            model.to(spec.device)
         for model in (target, draft):
-            use_cpu_linears(model, "cpu", spec.onednn, spec.quantize)
+            use_cpu_linears(model, spec.device, spec.onednn, spec.quantize)
     prompts, prompt_source = _prompts(spec, tokenizer)
     if max(spec.batch_sizes) > len(prompts):
         raise ValueError(f"batch size {max(spec.batch_sizes)} is larger than the {len(prompts)} prompts")
@@ -270,11 +268,12 @@ def run_bench(spec: BenchSpec) -> dict[str, Any]:
     partial.parent.mkdir(parents=True, exist_ok=True)
     for repeat in range(1, spec.repeats + 1):  # the first repeat's outputs are the ones compared
         for name, b in plan:
-            start = time.perf_counter()
             produced = []
-            for i in range(0, len(prompts), b):
-                produced.extend(systems[name](prompts[i : i + b]))
-            rates[f"{name}@{b}"].append(sum(len(t) for t in produced) / (time.perf_counter() - start))
+            seconds: list[float] = []
+            with timed(spec.device, seconds):
+                for i in range(0, len(prompts), b):
+                    produced.extend(systems[name](prompts[i : i + b]))
+            rates[f"{name}@{b}"].append(sum(len(t) for t in produced) / seconds[0])
             outputs.setdefault(f"{name}@{b}", produced)
         print(f"repeat {repeat}/{spec.repeats}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in rates.items()))
         partial.write_text(json.dumps({"tok_s_all_repeats": rates}, indent=1) + "\n")
@@ -309,7 +308,7 @@ def run_bench(spec: BenchSpec) -> dict[str, Any]:
     t1 = step_seconds(target, probe, 1)
     c = step_seconds(draft, probe, 1) / t1
     verify_cost = step_seconds(target, probe, k + 1) / t1
-    bandwidth = read_bandwidth()
+    bandwidth = read_bandwidth(device=spec.device)
     target_bytes = weight_bytes(target)
     best_b = max(spec.batch_sizes, key=lambda b: tok_s[f"ours_sd@{b}"])
     result = {
@@ -353,6 +352,7 @@ def run_bench(spec: BenchSpec) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "machine": platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name(spec.device) if is_cuda(spec.device) else spec.device,
     }
     Path(spec.out).parent.mkdir(parents=True, exist_ok=True)
     Path(spec.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -20,8 +20,11 @@ import jsonschema
 
 from diversed.methods import ALIASES, CascadeRule, EnsembleSpace, Method, Schedule, parse_method
 
-# Model dtypes a user may ask for; "auto" is resolved by diversed.backends.cpu.onednn.choose_dtype.
+# Model dtypes a user may ask for; "auto" is resolved by diversed.devices.choose_dtype.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# Attention kernels the engine can drive: both take the 4-D additive mask of its ragged rows
+# (flash_attention_2 takes none, so it is refused before a model loads).
+ATTENTION = ("sdpa", "eager")
 # Weight storage a user may ask for; "auto" is resolved by diversed.backends.cpu.quantize.choose_quantize.
 QUANTIZE = ("none", "fp16", "auto")
 

@@ -37,8 +37,9 @@ def _splits(folder: Path) -> list[str]:
     return splits
 
 
-def run_doctor(data_dir: str | None = None) -> int:
-    """Print one line per check; exit status 1 when something needed is missing."""
+def run_doctor(data_dir: str | None = None, device: str = "auto") -> int:
+    """Print one line per check; exit status 1 when something needed is missing. The device and
+    dtype lines say what a job given ``--device`` (``auto`` by default) will use here."""
     healthy = True
     print(f"python {platform.python_version()} on {platform.platform()}")
     for name in PACKAGES:
@@ -50,22 +51,26 @@ def run_doctor(data_dir: str | None = None) -> int:
             )
     import torch
 
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        _line(True, "device", f"CUDA: {props.name}, {props.total_memory / 2**30:.0f} GiB")
-        _line(True, "dtype auto", "bfloat16: CUDA device")
+    from diversed.devices import choose_dtype, resolve_device
+
+    device = resolve_device(device)
+    dtype, why = choose_dtype("auto", device)
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(device)
+        _line(True, "device (jobs use)", f"{device}: {props.name}, {props.total_memory / 2**30:.0f} GiB")
+        _line(True, "dtype auto", f"{dtype}: {why}")
     else:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-        from diversed.backends.cpu.onednn import available, choose_dtype
+        from diversed.backends.cpu.onednn import available
 
         onednn = "oneDNN linears available" if available() else "no oneDNN (slower verification)"
+        gpu = "" if torch.cuda.is_available() else f"; torch {torch.__version__} sees no CUDA GPU"
         _line(
             True,
-            "device",
-            f"CPU only: {os.cpu_count()} cores, {memory:.0f} GiB,"
-            f" torch threads {torch.get_num_threads()}, {onednn}",
+            "device (jobs use)",
+            f"cpu: {os.cpu_count()} cores, {memory:.0f} GiB, torch threads {torch.get_num_threads()},"
+            f" {onednn}{gpu}",
         )
-        dtype, why = choose_dtype("auto", "cpu")
         kernels = f"oneDNN pre-packed {dtype} linears" if available() else f"torch's default {dtype} linears"
         _line(True, "dtype auto", f"{dtype}: {why}; {kernels}")
         from diversed.backends.cpu.quantize import choose_quantize
@@ -81,6 +86,16 @@ def run_doctor(data_dir: str | None = None) -> int:
         else:
             kept = [p for p in store.glob("*") if (p / "index.json").exists()]
             _line(True, "packed weights", f"{store}: {len(kept)} stored; later jobs map them")
+    from diversed.sandbox import probe
+
+    fences = probe()
+    _line(
+        fences["isolated"],
+        "sandbox (generated code)",
+        fences["summary"],
+        "run as root, allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1),"
+        " install bubblewrap, or opt in to rlimits alone with score.sandbox: rlimits",
+    )
     from diversed.embedded import EMBEDDED, model_dir
 
     for name in EMBEDDED:

@@ -56,7 +56,7 @@ class EnsembleHead(nn.Module):
 def save_head(head: EnsembleHead, directory: str | Path, card: dict[str, Any]) -> Path:
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.contiguous() for k, v in head.state_dict().items()}, str(out / WEIGHTS))
+    save_file({k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}, str(out / WEIGHTS))
     full_card = {"d_draft": head.d_draft, "d_target": head.d_target, "hidden": head.hidden, **card}
     (out / CARD).write_text(json.dumps(full_card, indent=2) + "\n")
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
@@ -50,9 +51,32 @@ def _from_pretrained(loader, name: str, stored_dtype: str = "float32", **kwargs)
     try:
         return loader.from_pretrained(source, **kwargs)
     except OSError as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        whole = (
+            " ".join(str(err).split()) or type(err).__name__
+        )  # a gated repo's message holds its access link
         raise ModelError(
-            f"cannot load {name!r}: not a local folder, and the hub could not serve it ({first_line})"
+            f"cannot load {name!r}: not a local folder, and the hub could not serve it ({whole})"
+        ) from err
+
+
+def download(name: str) -> str:
+    """Bring a hub model into the local cache once (the workflow's prepare step, so that jobs on
+    nodes without internet load it offline) and return its folder; a local folder or an embedded
+    model is returned as it is. Gated access is checked here: the hub's message is kept whole, with
+    the link where access is asked for and the hint to set ``HF_TOKEN``."""
+    source = resolve(name)
+    if Path(source).exists():
+        return source
+    from huggingface_hub import snapshot_download
+
+    patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.tiktoken", "*.txt"]
+    try:
+        return snapshot_download(source, allow_patterns=patterns)
+    except Exception as err:  # noqa: BLE001 - gated, unknown, offline: each says why in its message
+        whole = " ".join(str(err).split()) or type(err).__name__
+        raise ModelError(
+            f"cannot download {name!r} ({type(err).__name__}): {whole}; gated models need access granted"
+            " on the hub and HF_TOKEN set (or `hf auth login`) where the workflow runs"
         ) from err
 
 
@@ -72,7 +96,9 @@ def load_model(
     (:mod:`diversed.backends.cpu.onednn`) or, with ``quantize="fp16"``, fp16 weights and fp32
     compute (:mod:`diversed.backends.cpu.quantize`)."""
     quantize = choose_quantize(quantize, dtype, device)[0]
-    kwargs = {"dtype": getattr(torch, dtype)}
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype)}
+    if device != "cpu":
+        kwargs["device_map"] = device  # straight onto the GPU, never a full copy in host memory first
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     model = _from_pretrained(AutoModelForCausalLM, name, dtype, **kwargs).to(device).eval()

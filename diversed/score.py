@@ -67,12 +67,13 @@ def quality(
     records: list[dict[str, Any]],
     data_dir: str | Path | None = None,
     allow_hub: bool = True,
-    strict_sandbox: bool = False,
+    sandbox: str = "isolated",
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """The task's metrics, and per-example outcomes (pass/fail reasons for code).
 
-    Generated code runs in :mod:`diversed.sandbox`; what it cannot enforce on this machine is
-    printed once, and ``strict_sandbox`` refuses to run the code instead (``SandboxError``).
+    Generated code runs in :mod:`diversed.sandbox`: in mode ``isolated`` only where every fence
+    holds (else ``SandboxError``); in mode ``rlimits`` with what this machine gives, printed once
+    and stated in every outcome.
     """
     task = get_task(dataset)
     predictions = [r["prediction"] for r in records]
@@ -90,12 +91,17 @@ def quality(
     for r in records:
         if r["id"] not in by_id:
             raise DataError(f"{dataset}/{split} has no example {r['id']!r} to test the prediction against")
-        result = run_program(task.program(r["prediction"], by_id[r["id"]]), strict=strict_sandbox)
+        result = run_program(task.program(r["prediction"], by_id[r["id"]]), strict=sandbox == "isolated")
         if result.missing and not outcomes:
-            print("sandbox: not enforced on this machine: " + "; ".join(result.missing), file=sys.stderr)
-        outcomes.append(
-            {"id": r["id"], "passed": result.passed, "status": result.status, "reason": result.reason}
-        )
+            print(
+                "sandbox rlimits: not enforced on this machine: " + "; ".join(result.missing), file=sys.stderr
+            )
+        outcome = {"id": r["id"], "passed": result.passed, "status": result.status, "reason": result.reason}
+        if sandbox == "rlimits":
+            outcome["sandbox"] = "rlimits" + (
+                ": missing " + "; ".join(result.missing) if result.missing else ""
+            )
+        outcomes.append(outcome)
     return pass_at_1([o["passed"] for o in outcomes]), outcomes
 
 
@@ -151,10 +157,10 @@ def score_file(
     out: str | Path,
     data_dir: str | Path | None = None,
     allow_hub: bool = True,
-    strict_sandbox: bool = False,
+    sandbox: str = "isolated",
 ) -> dict[str, Any]:
     records = read_records(path, dataset)
-    metrics, outcomes = quality(dataset, records, data_dir, allow_hub, strict_sandbox)
+    metrics, outcomes = quality(dataset, records, data_dir, allow_hub, sandbox)
     examples = per_example(dataset, records, outcomes)
     result = {
         "dataset": dataset,
@@ -165,6 +171,7 @@ def score_file(
         **confidence_intervals(dataset, examples),
         **({"w_test": weights} if (weights := weight_statistics(records)) else {}),
         "settings": records[0].get("settings", {}),
+        **({"sandbox": sandbox} if get_task(dataset).metric == "pass@1" else {}),
         "per_example": examples,
     }
     Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -56,6 +56,7 @@ class TraceJob:
     rollouts: int = 1  # samples of each (prompt, behaviour): a group whose rewards can be compared
     draft_transform: str | None = None  # a positive control's damaged draft (diversed.control)
     partial_credit: bool = False  # code rewards: the share of asserts passed (task_reward)
+    sandbox: str = "isolated"  # how code rewards run generated code (diversed.sandbox.MODES)
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=1)
@@ -75,6 +76,7 @@ class TraceJob:
             ("rollouts", 1),
             ("draft_transform", None),
             ("partial_credit", False),
+            ("sandbox", "isolated"),
         )
         for name, default in named_when_used:
             if values[name] == default:  # named only when used: traces collected before stay valid
@@ -89,13 +91,16 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def task_reward(dataset: str, prediction: str, example: Example, partial_credit: bool = False) -> float:
+def task_reward(
+    dataset: str, prediction: str, example: Example, partial_credit: bool = False, sandbox: str = "isolated"
+) -> float:
     """The paper's sequence reward: exact match, ROUGE-2, sentence BLEU / 100, or tests passed.
 
     ``partial_credit`` (code tasks whose tests are separate asserts: MBPP) gives the share of the
     asserts that pass, each run alone in the sandbox, instead of 1 only when all do: a documented
     study option, since a sparse 0/1 reward gives a group of rollouts that all fail nothing to
-    compare. Tasks without separable tests keep pass/fail."""
+    compare. Tasks without separable tests keep pass/fail. Code runs in ``sandbox`` mode
+    (:data:`diversed.sandbox.MODES`): isolated, or limits alone where the user opted in."""
     task = get_task(dataset)
     if task.metric == "accuracy":
         return float(prediction == example.reference)
@@ -108,13 +113,14 @@ def task_reward(dataset: str, prediction: str, example: Example, partial_credit:
             sacrebleu.sentence_bleu(prediction, [example.reference], tokenize="13a", lowercase=True).score
             / 100
         )
-    from diversed.sandbox import run_program
+    from diversed.sandbox import parse_mode, run_program
 
     programs = getattr(task, "partial_programs", None)
+    strict = parse_mode(sandbox) == "isolated"
     if partial_credit and programs is not None:
-        runs = [run_program(source).passed for source in programs(prediction, example.record)]
+        runs = [run_program(source, strict=strict).passed for source in programs(prediction, example.record)]
         return sum(runs) / len(runs) if runs else 0.0
-    return float(run_program(task.program(prediction, example.record)).passed)
+    return float(run_program(task.program(prediction, example.record), strict=strict).passed)
 
 
 def sequence_id(example_id: str, behaviour: str, rollout: int, rollouts: int) -> str:
@@ -258,7 +264,7 @@ def collect_traces(
                     "completion": completion,
                     "prediction": prediction,
                     "reference": example.reference,
-                    "reward": task_reward(job.dataset, prediction, example, job.partial_credit),
+                    "reward": task_reward(job.dataset, prediction, example, job.partial_credit, job.sandbox),
                     "tokens": len(result.token_ids),
                     "file": f"seq-{index + offset:05d}",
                     "stats": result.stats.to_dict(),

@@ -42,16 +42,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_choices(args: argparse.Namespace) -> None:
-    """``--dtype auto`` and ``--quantize auto`` resolved here, so records name what ran; an fp16
-    request checked against the device."""
-    if getattr(args, "dtype", None) == "auto":
-        from diversed.backends.cpu.onednn import choose_dtype
+    """``--device auto``, then ``--dtype auto`` and ``--quantize auto`` for that device, resolved
+    here before anything loads, so records name what ran; an fp16 request checked against the device."""
+    if getattr(args, "device", None) is not None:
+        from diversed.devices import resolve_device
 
-        args.dtype = choose_dtype("auto", getattr(args, "device", "cpu"))[0]
+        args.device = resolve_device(args.device)
+    device = getattr(args, "device", "cpu")
+    if getattr(args, "dtype", None) == "auto":
+        from diversed.devices import choose_dtype
+
+        args.dtype = choose_dtype("auto", device)[0]
     if getattr(args, "quantize", None):
         from diversed.backends.cpu.quantize import choose_quantize
 
-        args.quantize = choose_quantize(args.quantize, args.dtype, getattr(args, "device", "cpu"))[0]
+        args.quantize = choose_quantize(args.quantize, args.dtype, device)[0]
 
 
 def run_tracked(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ from dataclasses import replace
 from diversed.cli.flags import (
     add_data_flags,
     add_decoding_flags,
+    add_device_flag,
     add_model_flags,
     add_prefix_flag,
     add_step_flag,
@@ -220,6 +221,7 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
     bench.add_argument("--num-assistant-tokens", type=int, default=5, help="draft length k (5)")
     bench.add_argument("--repeats", type=int, default=3, help="timed repeats; the median is reported (3)")
     bench.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    add_device_flag(bench)
     bench.add_argument(
         "--no-onednn",
         action="store_true",

@@ -6,7 +6,15 @@ import argparse
 from dataclasses import fields
 from typing import Any
 
-from diversed.config import DTYPES, QUANTIZE, ConfigError, DecodeConfig, add_knob_flags, check_range
+from diversed.config import (
+    ATTENTION,
+    DTYPES,
+    QUANTIZE,
+    ConfigError,
+    DecodeConfig,
+    add_knob_flags,
+    check_range,
+)
 from diversed.control import DRAFT_TRANSFORMS
 from diversed.engine.cache import STEPS
 from diversed.methods import Method, parse_method
@@ -38,9 +46,21 @@ def add_model_flags(parser: argparse.ArgumentParser, draft_required: bool = Fals
         help="study option, never a default: damage the draft for a positive control (digit_swap: the"
         " draft's digit logits permuted 0<->1, 2<->3, ...; see diversed/control.py)",
     )
-    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_device_flag(parser)
     parser.add_argument(
-        "--attn-implementation", help="attention kernel for both models, e.g. sdpa or flash_attention_2"
+        "--attn-implementation",
+        choices=ATTENTION,
+        help="attention kernel of both models (default: transformers' choice, sdpa where torch has it);"
+        " flash_attention_2 is refused: the engine's ragged rows pass a 4-D additive mask, which FA2 does"
+        " not take",
+    )
+
+
+def add_device_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="torch device: auto (default: cuda where torch sees a GPU, else cpu), cpu, cuda or cuda:N",
     )
 
 
@@ -100,7 +120,8 @@ def add_step_flag(parser: argparse.ArgumentParser) -> None:
 
 
 def check_step_device(args: argparse.Namespace) -> None:
-    """Refuse ``--step graphs`` off CUDA before any model is loaded (it would fail at the first batch)."""
+    """Refuse ``--step graphs`` off CUDA before any model is loaded (it would fail at the first batch);
+    ``args.device`` is already resolved (``auto`` -> ``cuda`` or ``cpu``) by the CLI's main."""
     if args.step == "graphs" and not str(args.device).startswith("cuda"):
         raise ConfigError(f"--step graphs replays CUDA graphs: it needs --device cuda, not {args.device!r}")
 
@@ -120,3 +141,15 @@ def add_data_flags(parser: argparse.ArgumentParser) -> None:
         "--data-dir", help="folder of <task>/<split>.jsonl files (default $DIVERSED_DATA_DIR)"
     )
     parser.add_argument("--no-hub", action="store_true", help="never try the Hugging Face hub for data")
+
+
+def add_sandbox_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sandbox",
+        choices=("isolated", "strict", "rlimits"),
+        default="isolated",
+        help="generated code: isolated (default; strict is its old name) runs it only where every fence of"
+        " diversed.sandbox holds (own filesystem view, no network, own PIDs) and refuses elsewhere;"
+        " rlimits opts in to running it with resource limits alone on a machine that cannot isolate,"
+        " and every record says so",
+    )

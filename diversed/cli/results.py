@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from diversed.cli.flags import add_data_flags
+from diversed.cli.flags import add_data_flags, add_sandbox_flag
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    from diversed.sandbox import parse_mode
     from diversed.score import score_file
 
-    strict = args.sandbox == "strict"
-    result = score_file(args.dataset, args.input, args.out, args.data_dir, not args.no_hub, strict)
+    mode = parse_mode(args.sandbox)
+    result = score_file(args.dataset, args.input, args.out, args.data_dir, not args.no_hub, mode)
     shown = {k: v for k, v in result.items() if k not in ("settings", "per_example")}
     print(json.dumps(shown, indent=2))
     return 0
@@ -35,13 +36,7 @@ def add_score(sub: argparse._SubParsersAction) -> None:
     score.add_argument("--dataset", required=True, help="the dataset the file was decoded from")
     score.add_argument("--in", dest="input", required=True, help="decode JSONL file")
     score.add_argument("--out", required=True, help="metrics JSON file to write")
-    score.add_argument(
-        "--sandbox",
-        choices=("best-effort", "strict"),
-        default="best-effort",
-        help="generated code: run with whatever containment this machine gives and say what is "
-        "missing (default), or refuse to run it unless every fence holds",
-    )
+    add_sandbox_flag(score)
     add_data_flags(score)
     score.set_defaults(func=cmd_score)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
-from diversed.cli.flags import add_data_flags
+from diversed.cli.flags import add_data_flags, add_device_flag, add_sandbox_flag
 from diversed.config import DTYPES
 
 
@@ -23,10 +24,42 @@ def cmd_data_show(args: argparse.Namespace) -> int:
 
 
 def cmd_data_status(args: argparse.Namespace) -> int:
-    from diversed.data import resolve
+    """Where each split comes from, resolved once for a whole workflow run (its jobs read the file,
+    never the hub), and whether generated code can be isolated here. With ``--fetch`` a split only
+    the hub has is downloaded into the datasets cache now; with ``--missing error`` a split that
+    cannot be had, or code that cannot be isolated, stops the run in one line naming it."""
+    from diversed.data import DataError, fetch, get_task, resolve
+    from diversed.sandbox import parse_mode, probe
 
-    status = {d: resolve(d, args.split, args.data_dir, not args.no_hub) for d in args.datasets}
-    text = json.dumps({"split": args.split, "datasets": status}, indent=2) + "\n"
+    status = {}
+    for entry in args.datasets:
+        name, _, split = entry.partition(".")
+        split = split or args.split
+        key = name if split == args.split else f"{name}.{split}"
+        try:
+            status[key] = fetch(name, split, args.data_dir) if args.fetch and not args.no_hub else None
+        except DataError as err:
+            if args.missing == "error":
+                raise
+            print(f"warning: {err}", file=sys.stderr)
+            status[key] = "missing"
+        status[key] = status[key] or resolve(name, split, args.data_dir, not args.no_hub)
+    missing = [key for key, where in status.items() if where == "missing"]
+    if missing and args.missing == "error":
+        raise DataError(
+            f"datasets that cannot be had: {', '.join(missing)} (`diversed doctor` says how to provide them)"
+        )
+    code = sorted(
+        {e.partition(".")[0] for e in args.datasets if get_task(e.partition(".")[0]).metric == "pass@1"}
+    )
+    sandbox = {"mode": parse_mode(args.sandbox), **probe()} if code else None
+    if sandbox and not sandbox["isolated"] and sandbox["mode"] == "isolated":
+        raise DataError(
+            f"{', '.join(code)} run generated code, and this node {sandbox['summary']}; allow user"
+            " namespaces, run as root, or opt in to limits alone with score.sandbox: rlimits (each record"
+            " then says so)"
+        )
+    text = json.dumps({"split": args.split, "datasets": status, "sandbox": sandbox}, indent=2) + "\n"
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
@@ -44,11 +77,11 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
 
 def cmd_models_prepare(args: argparse.Namespace) -> int:
     from diversed.embedded import fetch, is_embedded
-    from diversed.models import resolve
+    from diversed.models import download
 
     ready = {}
     for role, name in (("target", args.target), ("draft", args.draft)):
-        path = fetch(name, args.dtype) if is_embedded(name) else resolve(name)
+        path = fetch(name, args.dtype) if is_embedded(name) else download(name)
         ready[role] = {"name": name, "path": str(path), "dtype": args.dtype}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(ready, indent=2) + "\n")
@@ -75,7 +108,7 @@ def cmd_models_tiny(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from diversed.doctor import run_doctor
 
-    return run_doctor(args.data_dir)
+    return run_doctor(args.data_dir, args.device)
 
 
 def add_data(sub: argparse._SubParsersAction) -> None:
@@ -90,11 +123,20 @@ def add_data(sub: argparse._SubParsersAction) -> None:
     show.set_defaults(func=cmd_data_show)
 
     status = data.add_parser(
-        "status", help="where each dataset would come from: package, local, hub or missing"
+        "status",
+        help="where each dataset comes from (package, local, cached, hub or missing), and whether generated"
+        " code can be isolated here",
     )
-    status.add_argument("--datasets", nargs="+", required=True, help="dataset names")
+    status.add_argument(
+        "--datasets", nargs="+", required=True, help="dataset names, NAME (its --split) or NAME.SPLIT"
+    )
     status.add_argument("--split", default="test", help="split (default test)")
+    status.add_argument("--fetch", action="store_true", help="download what only the hub has, once, now")
+    status.add_argument(
+        "--missing", choices=("warn", "error"), default="warn", help="what a split that cannot be had does"
+    )
     status.add_argument("--out", help="also write the JSON here")
+    add_sandbox_flag(status)
     add_data_flags(status)
     status.set_defaults(func=cmd_data_status)
 
@@ -117,7 +159,11 @@ def add_models(sub: argparse._SubParsersAction) -> None:
     fetch.add_argument("names", nargs="*", help="e.g. qwen2.5-coder-1.5b")
     add_stored_dtype(fetch)
     fetch.set_defaults(func=cmd_models_fetch)
-    prep = models.add_parser("prepare", help="make a target/draft pair loadable (fetches embedded ones)")
+    prep = models.add_parser(
+        "prepare",
+        help="make a target/draft pair loadable: fetch embedded ones, download hub ones once (gated access"
+        " checked)",
+    )
     prep.add_argument("--target", required=True, help="target: hub id, local folder or embedded:NAME")
     prep.add_argument("--draft", required=True, help="draft: hub id, local folder or embedded:NAME")
     prep.add_argument("--out", required=True, help="JSON file naming what each resolved to")
@@ -132,8 +178,11 @@ def add_models(sub: argparse._SubParsersAction) -> None:
 
 
 def add_doctor(sub: argparse._SubParsersAction) -> None:
-    doc = sub.add_parser("doctor", help="check the installation, models, datasets and tracking store")
+    doc = sub.add_parser(
+        "doctor", help="check the installation, device, models, datasets, sandbox and tracking"
+    )
     add_data_flags(doc)
+    add_device_flag(doc)
     doc.set_defaults(func=cmd_doctor)
 
 

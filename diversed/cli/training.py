@@ -6,13 +6,23 @@ import argparse
 import json
 from pathlib import Path
 
-from diversed.cli.flags import add_data_flags, add_model_flags, add_prefix_flag, from_args
+from diversed.cli.flags import (
+    add_data_flags,
+    add_device_flag,
+    add_model_flags,
+    add_prefix_flag,
+    add_sandbox_flag,
+    from_args,
+)
+from diversed.sandbox import parse_mode
 
 
 def cmd_collect_traces(args: argparse.Namespace) -> int:
     from diversed.traces import TraceJob, collect_traces
 
-    job = from_args(TraceJob, args, behaviour_weights=tuple(args.behaviour_weights))
+    job = from_args(
+        TraceJob, args, behaviour_weights=tuple(args.behaviour_weights), sandbox=parse_mode(args.sandbox)
+    )
     out = collect_traces(
         job,
         args.out,
@@ -44,6 +54,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
         log_step=log_step,
         progress=not args.quiet,
         confidence=args.confidence,
+        device=args.device,
     )
     plot_weight_histogram(card, args.out)  # beside head.json: a tracked run logs the whole folder
     print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
@@ -58,7 +69,7 @@ def cmd_check_head(args: argparse.Namespace) -> int:
         args.candidate,
         args.out,
         args.traces,
-        from_args(CheckJob, args),
+        from_args(CheckJob, args, sandbox=parse_mode(args.sandbox)),
         args.start,
         args.log,
         args.data_dir,
@@ -116,6 +127,7 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
         "--batch-size", type=int, default=1, help="rollouts sampled together (1); traces do not depend on it"
     )
     add_prefix_flag(col)
+    add_sandbox_flag(col)
     add_data_flags(col)
     col.set_defaults(func=cmd_collect_traces)
 
@@ -171,6 +183,7 @@ def add_train_head(sub: argparse._SubParsersAction) -> None:
     )
     tr.add_argument("--hidden", type=int, default=0, help="MLP width; 0 = the paper's linear head (0)")
     tr.add_argument("--seed", type=int, default=42, help="seed (42)")
+    add_device_flag(tr)
     tr.add_argument("--quiet", action="store_true", help="no progress bar")
     tr.set_defaults(func=cmd_train_head)
 
@@ -212,5 +225,6 @@ def add_check_head(sub: argparse._SubParsersAction) -> None:
         default=1.0,
         help="reward units one unit of acceptance is worth in the check's objective J (1.0)",
     )
+    add_sandbox_flag(ch)
     add_data_flags(ch)
     ch.set_defaults(func=cmd_check_head)

@@ -15,7 +15,17 @@ from typing import Any
 from diversed.data.sources import DataError, load_split
 from diversed.data.tasks import TASKS, Task, get_task
 
-__all__ = ["TASKS", "DataError", "Example", "Task", "get_task", "load_examples", "load_records", "resolve"]
+__all__ = [
+    "TASKS",
+    "DataError",
+    "Example",
+    "Task",
+    "fetch",
+    "get_task",
+    "load_examples",
+    "load_records",
+    "resolve",
+]
 
 
 @dataclass(frozen=True)
@@ -89,11 +99,14 @@ def load_examples(
 def resolve(
     task_name: str, split: str = "test", directory: str | Path | None = None, allow_hub: bool = True
 ) -> str:
-    """Where a split would come from, cheaply: "package", "local", "hub" or "missing".
+    """Where a split would come from, without a network call: "package", "local", "cached" (in the
+    Hugging Face datasets cache), "hub" (to be fetched once, by :func:`fetch`) or "missing".
 
-    The hub is only asked whether the dataset exists (a metadata call), not downloaded.
+    The workflow asks this every time the Snakefile is read, and Snakemake reads it again inside
+    every cluster job, so it must stay offline; with ``HF_HUB_OFFLINE`` (or ``HF_DATASETS_OFFLINE``)
+    set, a split that is not here already is "missing".
     """
-    from diversed.data.sources import data_dir
+    from diversed.data.sources import data_dir, hub_cached, hub_offline
 
     task = get_task(task_name)
     if task.name == "humaneval":
@@ -102,12 +115,21 @@ def resolve(
     needed = {split, task.fewshot_split} - {None}
     if root is not None and all((root / task.name / f"{s}.jsonl").exists() for s in needed):
         return "local"
-    if allow_hub and task.hub is not None and split in task.hub.splits:
-        try:
-            from huggingface_hub import HfApi
+    if not allow_hub or task.hub is None or split not in task.hub.splits:
+        return "missing"
+    if hub_cached(task.hub):
+        return "cached"
+    return "missing" if hub_offline() else "hub"
 
-            HfApi().dataset_info(task.hub.path, timeout=10)
-            return "hub"
-        except Exception:  # noqa: BLE001 - offline or unknown: the hub cannot serve it
-            return "missing"
-    return "missing"
+
+def fetch(task_name: str, split: str = "test", directory: str | Path | None = None) -> str:
+    """Bring a split (and its few-shot split) into the datasets cache, once, before any job needs
+    it; return where it now comes from. A split that cannot be had raises :class:`DataError`
+    naming it, with the hub's reason."""
+    where = resolve(task_name, split, directory)
+    if where == "hub":
+        task = get_task(task_name)
+        for needed in sorted({split, task.fewshot_split} - {None}):
+            load_records(task, needed, directory, allow_hub=True)
+        where = "cached"
+    return where

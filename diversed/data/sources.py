@@ -32,6 +32,24 @@ def data_dir(explicit: str | Path | None = None) -> Path | None:
     return Path(chosen).expanduser() if chosen else None
 
 
+def hub_offline() -> bool:
+    """Whether the user turned the hub off (``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` set to 1)."""
+    return any(
+        os.environ.get(v, "").lower() in ("1", "true", "yes")
+        for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def hub_cached(hub: HubSource) -> bool:
+    """Whether ``load_dataset`` can serve ``hub`` from the local caches alone: its prepared copy in
+    the datasets cache (``HF_DATASETS_CACHE``, else ``$HF_HOME/datasets``). Only folders are looked
+    at: this runs at every parse of the workflow."""
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")).expanduser()
+    cache = Path(os.environ.get("HF_DATASETS_CACHE", home / "datasets")).expanduser()
+    prepared = cache / hub.path.replace("/", "___")
+    return prepared.is_dir() and any(prepared.iterdir())
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
@@ -54,8 +72,8 @@ def load_split(
             dataset = load_dataset(hub.path, hub.name, split=hub.splits[split])
             return [dict(r) for r in dataset], f"hub {hub.path}:{hub.name or ''}:{hub.splits[split]}"
         except Exception as err:  # noqa: BLE001 - offline, missing package, unknown split: all mean "not there"
-            first_line = str(err).splitlines()[0] if str(err) else ""
-            hub_error = f"the hub failed: {type(err).__name__}: {first_line}"
+            whole = " ".join(str(err).split())  # a gated dataset's message holds the link to ask for access
+            hub_error = f"the hub failed: {type(err).__name__}: {whole}"
     elif hub is None or split not in (hub.splits if hub else {}):
         hub_error = f"the hub has no {split!r} split for it"
     where = root if root is not None else "$DIVERSED_DATA_DIR (unset)"

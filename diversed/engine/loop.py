@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from diversed.config import DecodeConfig
+from diversed.devices import synced_seconds, timed
 from diversed.engine.cache import RaggedCache, check_step
 from diversed.engine.prefix import SharedPrefix
 from diversed.engine.rules import Block, make_rule, total_variation, verify
@@ -190,7 +191,7 @@ class Decoder:
             last=last,
             pending=torch.stack([torch.full_like(last, self._pad), last], dim=1),
             pending_valid=torch.tensor([[False, True]] * count, device=device),
-            prefill_seconds=time.perf_counter() - start,
+            prefill_seconds=synced_seconds(device, start),
         )
 
     def _accept(self, batch: Batch, drafts: Draft | None, checked: Verified) -> list[list[float]]:
@@ -323,12 +324,11 @@ class Decoder:
         for step in range(max(limits)):
             active = (step < limit) & ~stopped
             feed_valid = feed_valid & active.unsqueeze(1)
-            begin = time.perf_counter()
-            logits, states = cache.forward(feed, feed_valid, hidden, logits_to_keep=1)
-            q = probabilities(logits[:, -1], self.sampling)
-            uniforms = None if self.sampling.greedy else rng.uniform(1, active)[:, 0]
-            token = draw(q, self.sampling, uniforms)
-            seconds.append(time.perf_counter() - begin)
+            with timed(device, seconds):
+                logits, states = cache.forward(feed, feed_valid, hidden, logits_to_keep=1)
+                q = probabilities(logits[:, -1], self.sampling)
+                uniforms = None if self.sampling.greedy else rng.uniform(1, active)[:, 0]
+                token = draw(q, self.sampling, uniforms)
             tokens.append(token)
             q_rows.append(q)
             logit_rows.append(logits[:, -1].float())
@@ -362,9 +362,10 @@ class Decoder:
             steps = torch.arange(width, device=device)
             valid = torch.cat([first, steps < drafts.num_drafted.unsqueeze(1)], dim=1)
         hidden = self._hidden and width > 0
-        begin = time.perf_counter()
-        logits, h_target = cache.forward(ids, valid, hidden)
-        seconds = time.perf_counter() - begin
+        elapsed: list[float] = []
+        with timed(device, elapsed):
+            logits, h_target = cache.forward(ids, valid, hidden)
+        seconds = elapsed[0]
         logits = logits.float()
         p = probabilities(logits, self.sampling)
         if drafts is None:

@@ -25,9 +25,13 @@ The launcher, :mod:`diversed.sandbox.jail`, says how each is built:
   stops), no core dumps; a root caller's program runs as ``nobody``; a non-root caller gets the
   same namespaces through a user namespace where the kernel allows unprivileged ones.
 
-Where namespaces are refused (non-Linux, a locked-down container), the program runs as a process
-group in a fresh directory on the real filesystem, killed as a group, with the same limits: that
-is what ``missing`` then reports, and the scorer prints it once.
+Where namespaces are refused (non-Linux, a locked-down container, a cluster node without
+unprivileged user namespaces), a program gets no private filesystem, no network fence and no PID
+namespace. The scorer then runs generated code only in mode ``rlimits``, an explicit opt-in
+(``score.sandbox: rlimits``): a process group in a fresh directory on the real filesystem, killed
+as a group, with the same limits, and every score record says so. In the default mode,
+``isolated`` (the old ``strict``), such a machine refuses to run generated code at all, and
+:func:`probe` names it before the first job (``diversed doctor``, the workflow's data status).
 """
 
 from __future__ import annotations
@@ -54,6 +58,20 @@ NAMESPACES = ("user", "mount", "network", "pid")
 GRACE = 1.0  # seconds a killed program's launcher gets to be reaped
 JAIL = Path(__file__).with_name("jail.py")
 SYSTEM_LIBRARIES = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/lib32", "/etc/ld.so.cache")
+
+
+# How generated code may run: isolated (every fence above, else refuse) or rlimits (whatever this
+# machine gives, limits at least: an explicit opt-in for nodes that cannot isolate). "strict" is
+# the earlier name of isolated.
+MODES = ("isolated", "rlimits")
+ALIASES = {"strict": "isolated"}
+
+
+def parse_mode(name: str) -> str:
+    mode = ALIASES.get(name, name)
+    if mode not in MODES:
+        raise ValueError(f"sandbox mode {name!r} is not one of: {', '.join([*MODES, *ALIASES])}")
+    return mode
 
 
 class SandboxError(RuntimeError):
@@ -209,3 +227,20 @@ def run_program(
             last = f"killed by {signal.Signals(-proc.returncode).name}" + (f" ({last})" if last else "")
         reason = last or f"exit status {proc.returncode}"
         return SandboxResult(False, "failed", reason, seconds, enforced, missing, proc.pid)
+
+
+@functools.cache
+def probe() -> dict:
+    """What this machine gives generated code: runs one empty program in the default mode;
+    ``isolated`` is whether every fence holds, ``summary`` one line to print."""
+    try:
+        result = run_program("pass", strict=True)
+    except SandboxError as err:
+        return {"isolated": False, "summary": f"cannot isolate here: {err}", "missing": str(err)}
+    if not result.passed:
+        return {
+            "isolated": False,
+            "summary": f"the launcher failed: {result.reason}",
+            "missing": result.reason,
+        }
+    return {"isolated": True, "summary": "isolated: " + "; ".join(result.enforced), "missing": ""}

@@ -68,6 +68,7 @@ class CheckJob:
     confidence: float = 0.95
     partial_credit: bool = False  # the reward the head was trained on (traces.task_reward)
     acceptance_value: float = 1.0  # reward units one unit of acceptance is worth in J
+    sandbox: str = "isolated"  # how code rewards run generated code (diversed.sandbox.MODES)
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=0)  # 0: not checked
@@ -171,11 +172,12 @@ def power_note(figures: dict[str, dict[str, Any]], tolerance: float, prompts: in
 
 def _heads_digest(heads: dict[str, EnsembleHead], job: CheckJob) -> str:
     """What the log's rollouts depend on: every arm's name and weights, and the job's settings."""
-    digest = hashlib.sha256(json.dumps(asdict(job), sort_keys=True).encode())
+    fields = {k: v for k, v in asdict(job).items() if not (k == "sandbox" and v == "isolated")}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode())  # logs from before it stay valid
     for arm, head in sorted(heads.items()):
         digest.update(arm.encode())
         for name, value in sorted(head.state_dict().items()):
-            digest.update(name.encode() + value.float().numpy().tobytes())
+            digest.update(name.encode() + value.float().cpu().numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -242,7 +244,9 @@ def rollout_arms(
                         "id": f"{example.id}#{g}@{arm}",
                         "example_id": example.id,
                         "arm": arm,
-                        "reward": task_reward(job.dataset, prediction, example, job.partial_credit),
+                        "reward": task_reward(
+                            job.dataset, prediction, example, job.partial_credit, job.sandbox
+                        ),
                         "accepted": result.stats.accepted,
                         "drafted": result.stats.drafted,
                         "tokens": len(result.token_ids),

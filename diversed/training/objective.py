@@ -109,8 +109,11 @@ def group_advantages(trajectories: Sequence[Trajectory]) -> dict[str, float]:
 def flatten(batch: Sequence[Trajectory]) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
     """Concatenate a batch's tokens; also return each token's sequence index and the rewards."""
     tensors = {k: torch.cat([t.tensors[k] for t in batch]).float() for k in batch[0].tensors}
-    owner = torch.cat([torch.full((t.tensors["mu"].shape[0],), i) for i, t in enumerate(batch)])
-    rewards = torch.tensor([t.reward for t in batch])
+    device = tensors["mu"].device
+    owner = torch.cat(
+        [torch.full((t.tensors["mu"].shape[0],), i, device=device) for i, t in enumerate(batch)]
+    )
+    rewards = torch.tensor([t.reward for t in batch], device=device)
     return tensors, owner, rewards
 
 
@@ -127,7 +130,7 @@ def batch_loss(
     """The loss of the module docstring on one batch; ``advantages`` holds A per sequence."""
     tensors, owner, rewards = flatten(batch)
     w, ratio = policy(head, tensors)
-    advantage = advantages.to(ratio.dtype)[owner]
+    advantage = advantages.to(ratio)[owner]
     surrogate = torch.minimum(ratio * advantage, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * advantage)
     accept = 1 - w * tensors["tv"]
     expected_accept = accept.mean()

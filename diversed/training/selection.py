@@ -57,11 +57,13 @@ def _scores(
     the behaviour policy, the expected acceptance, the mean weight) from one pass over the tokens."""
     tensors, owner, rewards = flatten(trajectories)
     w, ratio = policy(head, tensors)
-    moved = torch.zeros(len(trajectories), dtype=ratio.dtype).index_add_(0, owner, ratio - 1)
+    moved = torch.zeros(len(trajectories), dtype=ratio.dtype, device=ratio.device).index_add_(
+        0, owner, ratio - 1
+    )
     gains = moved * (rewards - baseline).to(ratio.dtype)
     prompts = {name: i for i, name in enumerate(sorted({_prompt(t) for t in trajectories}))}
-    index = torch.tensor([prompts[_prompt(t)] for t in trajectories])
-    total = torch.zeros(len(prompts), dtype=gains.dtype).index_add_(0, index, gains)
+    index = torch.tensor([prompts[_prompt(t)] for t in trajectories], device=ratio.device)
+    total = gains.new_zeros(len(prompts)).index_add_(0, index, gains)
     per_prompt = total / torch.bincount(index, minlength=len(prompts)).to(gains.dtype)
     return per_prompt, {
         "val_reward_gain": float(per_prompt.mean()),

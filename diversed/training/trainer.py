@@ -62,6 +62,7 @@ def start_head(
     """The head training starts from: a copy of ``init``, else a fresh one (w = 0.5 everywhere)."""
     first = trajectories[0].tensors
     head = EnsembleHead(first["h_draft"].shape[-1], first["h_target"].shape[-1], cfg.hidden, cfg.seed)
+    head.to(first["h_target"].device)  # where the traces are: the device training runs on
     if init is not None:
         head.load_state_dict(init.state_dict())
     return head
@@ -224,9 +225,11 @@ def train_from_traces(
     log_step: LogStep | None = None,
     progress: bool = True,
     confidence: float = 0.95,
+    device: str = "cpu",
 ) -> dict[str, Any]:
     """Train on one or several trace folders (the rounds so far), starting from the head at
-    ``init`` if given, choose lambda and the epoch by the selection rule, save head and card."""
+    ``init`` if given, choose lambda and the epoch by the selection rule, save head and card.
+    Training runs on ``device``: the traces' tensors are moved there once, the head lives there."""
     for lam in lambdas or ():
         check_range("reg_lambda", lam, exclusive_minimum=0)
     check_range("validation_share", validation_share, minimum=0, exclusive_maximum=1)
@@ -236,12 +239,12 @@ def train_from_traces(
     manifests = []
     for folder in folders:
         found, manifest = load_traces(folder)
-        trajectories += found
+        trajectories += [replace(t, tensors={k: v.to(device) for k, v in t.tensors.items()}) for t in found]
         manifests.append(manifest)
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "train_log.jsonl").unlink(missing_ok=True)
-    start = load_head(init) if init else None
+    start = load_head(init).to(device) if init else None
     head, selection, finals = select_head(
         trajectories,
         cfg,

@@ -59,8 +59,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
-from diversed.config import DTYPES
-
 if TYPE_CHECKING:
     from diversed.backends.cpu.packed_store import PackedStore
 
@@ -82,21 +80,6 @@ def native_bf16() -> str | None:
     if torch.cpu._is_avx512_bf16_supported():
         return "avx512_bf16"
     return None
-
-
-def choose_dtype(name: str, device: str = "cpu") -> tuple[str, str]:
-    """The dtype to run in, and why: ``auto`` is bf16 on CUDA and on CPUs with native bf16 dot
-    products, fp32 elsewhere (oneDNN would emulate bf16 there, slower than fp32)."""
-    if name not in DTYPES:
-        raise ValueError(f"dtype {name!r} is not one of: {', '.join(DTYPES)}")
-    if name != "auto":
-        return name, "asked for"
-    if device.startswith("cuda"):
-        return "bfloat16", "CUDA device"
-    feature = native_bf16()
-    if feature:
-        return "bfloat16", f"the CPU has native bf16 dot products ({feature})"
-    return "float32", "the CPU has no native bf16 dot products (no avx512_bf16, no AMX)"
 
 
 def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,84 @@
+"""Where the models run: the device a job uses, the dtype it can run fast, and timers that wait for it.
+
+Every command that runs a model takes ``--device`` (``auto`` by default): CUDA when torch sees a
+GPU, else the CPU. It is resolved once, before anything loads, so a record names the device that
+ran it and ``--dtype auto`` / ``--quantize auto`` are chosen for that device, not for the machine
+that parsed the workflow. ``dtype auto`` is bf16 only where the device computes in it natively
+(Ampere or newer on CUDA; AMX or avx512_bf16 on a CPU); a V100 or T4 gets fp16, a CPU without
+native bf16 fp32 (bf16 would be emulated there, slower than fp32).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from diversed.config import DTYPES, ConfigError
+
+DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def resolve_device(name: str = "auto") -> str:
+    """``auto`` -> ``cuda`` where torch sees a GPU, else ``cpu``; an explicit CUDA device that
+    this machine lacks is refused in one line before any model loads."""
+    if not DEVICE_PATTERN.match(name):
+        raise ConfigError(f"--device {name!r}: expected auto, cpu, cuda or cuda:N")
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {name}: torch sees no CUDA GPU here (torch {torch.__version__})")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s)")
+    return name
+
+
+def is_cuda(device: str | torch.device) -> bool:
+    return str(device).startswith("cuda")
+
+
+def choose_dtype(name: str, device: str = "cpu") -> tuple[str, str]:
+    """The dtype to run in, and why: ``auto`` is bf16 where ``device`` has native bf16 arithmetic,
+    fp16 on older GPUs, fp32 on CPUs without it."""
+    if name not in DTYPES:
+        raise ValueError(f"dtype {name!r} is not one of: {', '.join(DTYPES)}")
+    if name != "auto":
+        return name, "asked for"
+    if is_cuda(device):
+        gpu = torch.cuda.get_device_name(device)
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return "bfloat16", f"{gpu} computes in bf16"
+        return "float16", f"{gpu} has no native bf16 (compute capability < 8.0)"
+    from diversed.backends.cpu.onednn import native_bf16
+
+    feature = native_bf16()
+    if feature:
+        return "bfloat16", f"the CPU has native bf16 dot products ({feature})"
+    return "float32", "the CPU has no native bf16 dot products (no avx512_bf16, no AMX)"
+
+
+def sync(device: str | torch.device) -> None:
+    """Wait for the device's queued work, so wall-clock times cover it (CUDA runs asynchronously)."""
+    if is_cuda(device):
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def timed(device: str | torch.device, into: list[float]) -> Iterator[None]:
+    """Append the wall seconds of the block to ``into``, the device synchronised at both ends."""
+    sync(device)
+    start = time.perf_counter()
+    yield
+    sync(device)
+    into.append(time.perf_counter() - start)
+
+
+def synced_seconds(device: str | torch.device, start: float) -> float:
+    """Wall seconds since ``start`` (a ``time.perf_counter()``), once the device's queue is done."""
+    sync(device)
+    return time.perf_counter() - start
