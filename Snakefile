@@ -6,7 +6,12 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The laptop default, unless a config file is given: then that file stands alone, the schema's
+# defaults filling what it leaves out (no laptop setting leaks into config/paper.yaml).
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
 
 
 report: "workflow/report/workflow.rst"
@@ -20,6 +25,15 @@ include: "workflow/rules/head.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/report.smk"
+
+
+# Bookkeeping and downloads run where snakemake runs (the login node on a cluster: it has the
+# internet); every job after them reads only local files.
+localrules:
+    all,
+    prepare_models,
+    data_status,
+    tables_and_plots,
 
 
 rule all:

@@ -2,6 +2,7 @@
 # and the MLflow invocation hooks. All logic lives in the diversed library; this file only wires it.
 import hashlib
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -16,6 +17,10 @@ DATA = config["data"]
 DECODE = config["decode"]
 HEAD = config["head"]
 GPU = config["resources"]["gpu"]
+SANDBOX = config["score"]["sandbox"]
+# Jobs after prepare_models and data_status find models and data in the local caches: they never
+# ask the hub (cluster nodes often cannot reach it, and 1,000 jobs should not try).
+OFFLINE = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
 
 
 LIBRARY = Path(workflow.main_snakefile).parent / "diversed"
@@ -33,12 +38,15 @@ def src_hash(*modules):
 
 
 def _resolve_datasets():
+    """Where each dataset comes from, read from local files only (this runs at every parse, inside
+    every cluster job too): "hub" ones are fetched once by the data_status rule before any job."""
     status = {d: resolve(d, DATA["split"], DATA["dir"], DATA["allow_hub"]) for d in DATA["datasets"]}
     missing = [d for d, where in status.items() if where == "missing"]
     if missing and DATA["missing"] == "error":
         raise ValueError(
-            f"datasets that cannot be resolved: {', '.join(missing)} (data.dir={DATA['dir']!r}, "
-            f"allow_hub={DATA['allow_hub']}); `diversed doctor` shows how to provide them"
+            f"datasets that cannot be had: {', '.join(missing)} (data.dir={DATA['dir']!r}, "
+            f"allow_hub={DATA['allow_hub']}, HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE')!r});"
+            " `diversed doctor` shows how to provide them"
         )
     for d in missing:
         warnings.warn(f"skipping dataset {d}: no local copy under data.dir and no hub access (see `diversed doctor`)")
@@ -95,6 +103,13 @@ def head_source(source):
     return name, split or HEAD["split"]
 
 
+def head_sources():
+    """Every training source "name.split" a head of this run learns on (for data_status to fetch)."""
+    if not HEAD["enabled"] or not any(v["method"] == "diversed" for v in SETTINGS.values()):
+        return []
+    return sorted({".".join(head_source(head_dataset(d))) for d in DATASETS if head_available(d)})
+
+
 def head_available(dataset):
     name, split = head_source(head_dataset(dataset))
     return HEAD["enabled"] and resolve(name, split, DATA["dir"], DATA["allow_hub"]) != "missing"
@@ -128,6 +143,15 @@ def data_flags():
     return flags + ("" if DATA["allow_hub"] else " --no-hub")
 
 
+def model_flags():
+    """The flags every command that runs the pair shares: models, device, dtype, weights, prompts."""
+    chat = " --chat" if DATA["chat"] else ""
+    return (
+        f"--target {MODELS['target']} --draft {MODELS['draft']} {transform_flag()} --device {MODELS['device']}"
+        f" --dtype {MODELS['dtype']} --quantize {MODELS['quantize']}{chat}"
+    )
+
+
 def start_tracking():
     from diversed.tracking import start_invocation
 
@@ -152,7 +176,7 @@ def matched_cell(name):
 
 
 def decode_inputs(wildcards):
-    inputs = {"models": "results/models/ready.json"}
+    inputs = {"models": "results/models/ready.json", "data": "results/data/status.json"}
     if "matched_to" in SETTINGS[wildcards.setting]:
         inputs["matched"] = f"results/decode/{wildcards.dataset}/{matched_cell(wildcards.setting)}.jsonl"
     if SETTINGS[wildcards.setting]["method"] == "diversed" and "head" not in SETTINGS[wildcards.setting]:

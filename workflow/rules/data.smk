@@ -1,4 +1,6 @@
-# Stage 2: record where each dataset comes from (package, local folder, hub) and which are skipped.
+# Stage 2: resolve every dataset once for the whole run, and fetch what only the hub has into the
+# local cache (a local rule: it runs where snakemake runs, with the internet); say whether generated
+# code can be isolated here. Every job reads the status file's world, never the hub.
 
 
 rule data_status:
@@ -9,10 +11,12 @@ rule data_status:
             category="Data",
         ),
     params:
-        datasets=" ".join(DATA["datasets"]),
+        datasets=" ".join(DATASETS + head_sources()),
         split=DATA["split"],
+        missing=DATA["missing"],
         flags=data_flags(),
     log:
         "results/logs/data_status.log",
     shell:
-        "diversed data status --datasets {params.datasets} --split {params.split} {params.flags} --out {output} 2> {log}"
+        "diversed data status --datasets {params.datasets} --split {params.split} --fetch"
+        " --missing {params.missing} --sandbox {SANDBOX} {params.flags} --out {output} 2> {log}"

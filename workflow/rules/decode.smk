@@ -8,18 +8,13 @@ rule decode:
     output:
         "results/decode/{dataset}/{setting}.jsonl",
     params:
-        target=MODELS["target"],
-        draft=MODELS["draft"],
-        dtype=MODELS["dtype"],
-        quantize=MODELS["quantize"],
+        models=model_flags(),
         n=lambda w: SETTINGS[w.setting].get("n_examples", DATA["n_examples"]),
         split=DATA["split"],
-        chat="--chat" if DATA["chat"] else "",
         setting=lambda w: cli_flags(SETTINGS[w.setting]),
         max_new_tokens=DECODE["max_new_tokens"],
         head=head_flag,
         matched=lambda w, input: f"--target-weight-from {input.matched}" if "matched" in input.keys() else "",
-        transform=transform_flag(),
         flags=data_flags(),
         batch_size=DECODE["batch_size"],
         step=DECODE["step"],
@@ -31,8 +26,7 @@ rule decode:
     log:
         "results/logs/decode/{dataset}/{setting}.log",
     shell:
-        "(diversed --track decode decode --dataset {wildcards.dataset} --split {params.split} --n-examples {params.n}"
-        " --target {params.target} --draft {params.draft} {params.transform} --dtype {params.dtype} --quantize {params.quantize} {params.chat}"
-        " {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
+        "({OFFLINE} diversed --track decode decode --dataset {wildcards.dataset} --split {params.split}"
+        " --n-examples {params.n} {params.models} {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
         " --batch-size {params.batch_size} --step {params.step} --latency-examples {params.latency_examples}"
         " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"

@@ -24,6 +24,7 @@ rule train_head:
         tolerance=HEAD["select_tolerance"],
         confidence=HEAD["select_confidence"],
         seed=lambda w: int(w.seed),
+        device=MODELS["device"],
         src=src_hash("head.py", "training", "traces.py"),
     resources:
         gpu=GPU,
@@ -31,6 +32,7 @@ rule train_head:
         "results/logs/candidates/{train_dataset}/s{seed}/r{round}.log",
     shell:
         "diversed --track train_head train-head --traces {params.traces} {params.init} --out {output.head}"
+        " --device {params.device}"
         " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr}"
         " --reg-lambda {params.reg_lambda} --reg-scale {params.reg_scale} --baseline {params.baseline}"
         " --validation-share {params.validation_share} --tolerance {params.tolerance}"
@@ -48,11 +50,7 @@ rule check_head:
     params:
         traces=lambda w, input: " ".join(t.removesuffix(".done") for t in input.traces),
         start=lambda w, input: f"--start {input.start[0]}" if input.start else "",
-        target=MODELS["target"],
-        draft=MODELS["draft"],
-        dtype=MODELS["dtype"],
-        quantize=MODELS["quantize"],
-        transform=transform_flag(),
+        models=model_flags(),
         dataset=lambda w: head_source(w.train_dataset)[0],
         split=lambda w: head_source(w.train_dataset)[1],
         n=HEAD["check_examples"],
@@ -74,10 +72,10 @@ rule check_head:
     log:
         "results/logs/heads/{train_dataset}/s{seed}/r{round}.log",
     shell:
-        "(diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
+        "({OFFLINE} diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
         " {params.start} --out {output.head} --log results/checks/{wildcards.train_dataset}/s{wildcards.seed}/r{wildcards.round}.jsonl"
         " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
         " {params.partial} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " --draft-length {params.draft_length} --batch-size {params.batch_size} --tolerance {params.tolerance}"
-        " --confidence {params.confidence} --acceptance-value {params.value} --seed {params.seed} --target {params.target} --draft {params.draft}"
-        " {params.transform} --dtype {params.dtype} --quantize {params.quantize} {params.flags}) > {log} 2>&1"
+        " --confidence {params.confidence} --acceptance-value {params.value} --seed {params.seed}"
+        " {params.models} --sandbox {SANDBOX} {params.flags}) > {log} 2>&1"

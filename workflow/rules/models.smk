@@ -1,4 +1,6 @@
-# Stage 1: make the target and draft loadable (fetch and convert embedded models, or build the tiny CI pair).
+# Stage 1: make the target and draft loadable, once, where snakemake runs (a local rule): fetch and
+# convert embedded models, download hub models into the cache (gated access checked; the hub's message
+# kept whole), or build the tiny CI pair. Jobs then load them offline.
 
 
 rule prepare_models:

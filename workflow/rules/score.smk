@@ -7,9 +7,9 @@ rule score:
     output:
         "results/scores/{dataset}/{setting}.json",
     params:
-        flags=data_flags() + f" --sandbox {config['score']['sandbox']}",
+        flags=data_flags() + f" --sandbox {SANDBOX}",
         src=src_hash("score.py", "metrics.py", "bootstrap.py", "sandbox", "data/tasks.py"),
     log:
         "results/logs/score/{dataset}/{setting}.log",
     shell:
-        "diversed --track score score --dataset {wildcards.dataset} --in {input} --out {output} {params.flags} > {log} 2>&1"
+        "{OFFLINE} diversed --track score score --dataset {wildcards.dataset} --in {input} --out {output} {params.flags} > {log} 2>&1"

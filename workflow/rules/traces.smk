@@ -7,14 +7,12 @@
 rule collect_traces:
     input:
         models="results/models/ready.json",
+        data="results/data/status.json",
         head=previous_head,
     output:
         "results/traces/{train_dataset}/r{round}.done",
     params:
-        target=MODELS["target"],
-        draft=MODELS["draft"],
-        dtype=MODELS["dtype"],
-        quantize=MODELS["quantize"],
+        models=model_flags(),
         n=HEAD["n_examples"],
         dataset=lambda w: head_source(w.train_dataset)[0],
         split=lambda w: head_source(w.train_dataset)[1],
@@ -31,7 +29,6 @@ rule collect_traces:
         batch_size=HEAD["batch_size"],
         rollouts=HEAD["rollouts"],
         partial="--partial-credit" if HEAD["partial_credit"] else "",
-        transform=transform_flag(),
         draft_length=HEAD["draft_length"],
         src=src_hash("traces.py", "engine", "backends/cpu", "data/tasks.py", "control.py"),
     threads: 2
@@ -40,7 +37,9 @@ rule collect_traces:
     log:
         "results/logs/traces/{train_dataset}/r{round}.log",
     shell:
-        "(diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
+        "({OFFLINE} diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
-        " {params.behaviour} --seed {params.seed} --target {params.target} --draft {params.draft}"
-        " {params.transform} --dtype {params.dtype} --quantize {params.quantize} --batch-size {params.batch_size} --rollouts {params.rollouts} {params.partial} --draft-length {params.draft_length} {params.flags} --quiet --replace-stale --out {params.folder} && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
+        " {params.behaviour} --seed {params.seed} {params.models} --batch-size {params.batch_size}"
+        " --rollouts {params.rollouts} {params.partial} --draft-length {params.draft_length} --sandbox {SANDBOX}"
+        " {params.flags} --quiet --replace-stale --out {params.folder}"
+        " && cp {params.folder}/manifest.json {output}) > {log} 2>&1"

@@ -1,0 +1,195 @@
+"""The paper's run as a cluster user starts it, read through Snakemake's dry run of
+``--profile profiles/slurm --configfile config/paper.yaml``, offline, with the shared data:
+every model job names its device and holds the only GPUs, score jobs go to the CPU partition, no
+socket leaves the machine while the Snakefile is read, and the run gets what paper.yaml says and
+nothing of the laptop's config/config.yaml."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from test_workflow import copy_workflow
+
+from diversed.workflow_config import validate_config
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+MODEL_RULES = {"decode", "collect_traces", "train_head", "check_head"}
+DATA = Path(os.environ.get("DIVERSED_DATA_DIR") or REPO.parent / "shared" / "data")
+
+# Imported first by every Python process of the dry run (PYTHONPATH): a connection or name lookup
+# for anything but loopback raises and is counted, one line per process into NET_LOG.
+BLOCK_NETWORK = '''
+import atexit, os, socket
+attempts = []
+_connect, _lookup = socket.socket.connect, socket.getaddrinfo
+def connect(self, address):
+    if isinstance(address, tuple) and not str(address[0]).startswith(("127.", "::1", "localhost")):
+        attempts.append(address)
+        raise OSError(f"network blocked by the test: {address}")
+    return _connect(self, address)
+def lookup(host, *args, **kwargs):
+    if host not in (None, "localhost", "127.0.0.1", "::1"):
+        attempts.append(host)
+        raise socket.gaierror(f"network blocked by the test: {host}")
+    return _lookup(host, *args, **kwargs)
+socket.socket.connect, socket.getaddrinfo = connect, lookup
+atexit.register(lambda: open(os.environ["NET_LOG"], "a").write(f"{len(attempts)} {attempts[:3]}\\n"))
+'''
+
+
+def dry_run(workdir: Path, tmp: Path, *args: str) -> str:
+    site = tmp / "site"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(BLOCK_NETWORK)
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(site),
+        "NET_LOG": str(tmp / "net.log"),
+        "HF_HOME": str(tmp / "hf-home"),  # an empty cache: nothing may come from a user's own
+        "DIVERSED_DATA_DIR": str(DATA),
+    }
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "MLFLOW_TRACKING_URI"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [str(BIN / "snakemake"), "-n", "-p", *args], cwd=workdir, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout + done.stderr
+
+
+def jobs(output: str) -> list[dict[str, str]]:
+    """Each job of a dry run: its rule, resources line and shell command."""
+    found = []
+    for block in re.split(r"\n(?=\[[^\n]*\]\n(?:local)?rule )", output):
+        rule = re.search(r"^(?:local)?rule (\w+):", block, re.MULTILINE)
+        if rule is None:
+            continue
+        resources = re.search(r"^\s+resources: (.*)$", block, re.MULTILINE)
+        command = re.search(r"^Shell command: (.*)$", block, re.MULTILINE)
+        found.append(
+            {
+                "rule": rule[1],
+                "resources": resources[1] if resources else "",
+                "command": command[1] if command else "",
+            }
+        )
+    return found
+
+
+@pytest.fixture(scope="module")
+def paper(tmp_path_factory) -> tuple[list[dict[str, str]], Path]:
+    if not (DATA / "gsm8k" / "test.jsonl").exists():
+        pytest.skip(f"the shared data copies are not at {DATA} (set DIVERSED_DATA_DIR)")
+    tmp = tmp_path_factory.mktemp("cluster")
+    workdir = copy_workflow(tmp)
+    # A laptop config with values of its own: none of them may reach the paper run.
+    laptop = yaml.safe_load((workdir / "config" / "config.yaml").read_text())
+    laptop["head"].update(check_examples=7, check_rollouts=1, rounds=3, n_examples=11)
+    laptop["models"]["quantize"] = "fp16"
+    (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(laptop))
+    output = dry_run(workdir, tmp, "--profile", "profiles/slurm", "--configfile", "config/paper.yaml")
+    return jobs(output), tmp
+
+
+def test_every_model_job_names_its_device_and_holds_the_only_gpus(paper):
+    found, _ = paper
+    counts: dict[str, int] = {}
+    for job in found:
+        counts[job["rule"]] = counts.get(job["rule"], 0) + 1
+        model_job = job["rule"] in MODEL_RULES
+        assert ("--device auto" in job["command"]) == model_job, job
+        assert ("gpu=1" in job["resources"]) == model_job, job
+    # six tasks x 92 settings; one head per task on its own train split (HumanEval's on MBPP's)
+    assert counts == {
+        "prepare_models": 1,
+        "data_status": 1,
+        "collect_traces": 5,
+        "train_head": 5,
+        "check_head": 5,
+        "decode": 552,
+        "score": 552,
+        "tables_and_plots": 1,
+        "all": 1,
+    }
+
+
+def test_score_jobs_go_to_the_cpu_partition_and_model_jobs_to_the_gpu_one(paper):
+    found, _ = paper
+    for job in found:
+        if job["rule"] == "score":
+            assert "slurm_partition=<your-cpu-partition>" in job["resources"]
+        if job["rule"] in MODEL_RULES:
+            assert "slurm_partition=<your-gpu-partition>" in job["resources"]
+
+
+def test_downloads_and_bookkeeping_run_where_snakemake_runs():
+    text = (REPO / "Snakefile").read_text()
+    block = text.split("localrules:")[1].split("\n\n")[0]
+    local = {name.strip(" ,") for name in block.split() if name.strip(" ,")}
+    assert local == {"all", "prepare_models", "data_status", "tables_and_plots"}
+
+
+def test_no_socket_leaves_the_machine_while_the_workflow_is_read(paper):
+    _, tmp = paper
+    lines = (tmp / "net.log").read_text().splitlines()
+    assert lines, "the network guard did not run"
+    assert all(line.startswith("0 ") for line in lines), lines
+
+
+def test_jobs_after_the_downloads_never_ask_the_hub(paper):
+    found, _ = paper
+    for job in found:
+        if job["rule"] in MODEL_RULES - {"train_head"} | {"score"}:
+            assert job["command"].lstrip("(").startswith("HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 "), job
+
+
+def test_the_run_gets_what_paper_yaml_says_and_nothing_of_the_laptop_config(paper):
+    found, _ = paper
+    by_rule: dict[str, list[str]] = {}
+    for job in found:
+        by_rule.setdefault(job["rule"], []).append(job["command"])
+    for command in by_rule["check_head"]:
+        assert "--n-examples 48 --rollouts 2" in command
+    traces = by_rule["collect_traces"]
+    assert all("--n-examples 400" in c and "/r1 " in c for c in traces)  # rounds: 1, 400 prompts
+    assert sorted(re.search(r"--dataset (\w+) --split (\w+)", c).groups() for c in traces) == [
+        (task, "train") for task in ("cnndm", "gsm8k", "mbpp", "wmt", "xsum")
+    ]
+    for command in by_rule["decode"]:
+        assert "--quantize none" in command and "--n-examples 100" in command
+    everything = " ".join(job["command"] for job in found)
+    assert "fp16" not in everything and "--n-examples 7 " not in everything and "/r3" not in everything
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "config").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_resolves_to_what_its_file_says(path):
+    written = yaml.safe_load(path.read_text())
+    resolved = yaml.safe_load(path.read_text())
+    validate_config(resolved, SCHEMA)
+
+    def leaves(tree, prefix=()):
+        for key, value in tree.items():
+            if isinstance(value, dict) and value:
+                yield from leaves(value, (*prefix, key))
+            else:
+                yield (*prefix, key), value
+
+    for keys, value in leaves(written):
+        node = resolved
+        for key in keys:
+            node = node[key]
+        assert node == value, ".".join(keys)
+    schema = yaml.safe_load(SCHEMA.read_text())
+    for section, spec in schema["properties"].items():  # the rest are the schema's own defaults
+        for key, sub in spec.get("properties", {}).items():
+            if key not in written.get(section, {}) and "default" in sub:
+                assert resolved[section][key] == sub["default"], f"{section}.{key}"
