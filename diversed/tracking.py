@@ -48,9 +48,22 @@ def tracking_uri(root: Path = DEFAULT_DIR) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(root / 'mlruns.db').resolve()}"
 
 
+# A tracking server that refuses or hangs must cost a job seconds, not minutes: MLflow's own defaults
+# (7 retries with backoff 2, 120 s per request) held a 2-example decode for 251 s before it warned,
+# a GPU idle all that time. Two quick retries and 5 s per request; set them to override.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "0",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "5",
+}
+
+
 def _mlflow(root: Path = DEFAULT_DIR):
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
     os.environ.setdefault("DO_NOT_TRACK", "true")
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
     import mlflow
 
     root.mkdir(parents=True, exist_ok=True)
@@ -109,6 +122,7 @@ class JobRun:
         self.stage = stage
         self.root = root
         self.failed = False
+        self.error = ""
 
     def _safe(self, fn, *args, **kwargs) -> None:
         if self.mlflow is None:
@@ -118,6 +132,7 @@ class JobRun:
         except Exception as err:  # noqa: BLE001
             if not self.failed:  # one line per job
                 record_failure(self.stage, err, self.root)
+                self.error = (str(err).splitlines() or [type(err).__name__])[0]
             self.failed = True
 
     def params(self, values: dict[str, Any]) -> None:
@@ -133,9 +148,17 @@ class JobRun:
         self._safe(lambda: self.mlflow.log_metrics(numeric, step=step))
 
     def end(self, status: str) -> None:
+        """Close the run; one whose logging failed part-way ends FAILED with the reason as a tag,
+        so the UI never shows an incomplete record as a finished job."""
+        if self.failed and self.mlflow is not None:
+            with contextlib.suppress(Exception):
+                self.mlflow.set_tag("diversed.logging", f"incomplete: {self.error}"[:500])
+            status = "FAILED"
         self._safe(lambda: self.mlflow.end_run(status))
 
     def artifact(self, path: str | Path) -> None:
+        """A file or a folder (a head: its weights, card and plot; a trace collection logs only
+        its manifest, see the CLI)."""
         path = Path(path)
         if path.is_file():
             self._safe(lambda: self.mlflow.log_artifact(str(path)))

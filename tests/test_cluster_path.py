@@ -26,7 +26,7 @@ DATA = Path(os.environ.get("DIVERSED_DATA_DIR") or REPO.parent / "shared" / "dat
 
 # Imported first by every Python process of the dry run (PYTHONPATH): a connection or name lookup
 # for anything but loopback raises and is counted, one line per process into NET_LOG.
-BLOCK_NETWORK = '''
+BLOCK_NETWORK = """
 import atexit, os, socket
 attempts = []
 _connect, _lookup = socket.socket.connect, socket.getaddrinfo
@@ -42,7 +42,7 @@ def lookup(host, *args, **kwargs):
     return _lookup(host, *args, **kwargs)
 socket.socket.connect, socket.getaddrinfo = connect, lookup
 atexit.register(lambda: open(os.environ["NET_LOG"], "a").write(f"{len(attempts)} {attempts[:3]}\\n"))
-'''
+"""
 
 
 def dry_run(workdir: Path, tmp: Path, *args: str) -> str:

@@ -82,3 +82,52 @@ def test_stage_times_sum_each_stages_finished_jobs(tmp_path, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     assert main(["stage-times", "--store", "mlflow"]) == 0
     assert json.loads(capsys.readouterr().out)["decode"]["jobs"] == 2
+
+
+def test_a_refused_tracking_server_costs_a_job_seconds_not_minutes(tmp_path, canonical_decode_file):
+    """MLflow's own retry defaults held a 2-example decode 251 s before the warning; bounded now."""
+    canonical_decode_file(1, tmp_path / "in.jsonl")
+    env = {"MLFLOW_TRACKING_URI": "http://127.0.0.1:9", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "diversed.cli", "--track", "score", "score", "--dataset", "humaneval"]
+        + ["--in", "in.jsonl", "--out", "m.json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "MLflow tracking is off for this job" in done.stderr
+    assert time.monotonic() - start < 60  # generous: the bound is ~5 s of retries, before it was 251
+
+
+class BrokenMetrics:
+    """An MLflow stand-in whose metrics call fails: the store took the run, then refused a write."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def log_params(self, values):
+        self.calls.append(("params", values))
+
+    def log_metrics(self, values, step=None):
+        raise ConnectionError("tracking server went away")
+
+    def set_tag(self, key, value):
+        self.calls.append(("tag", key, value))
+
+    def end_run(self, status):
+        self.calls.append(("end", status))
+
+
+def test_a_run_whose_logging_failed_part_way_says_so_in_its_status(tmp_path):
+    store = BrokenMetrics()
+    run = tracking.JobRun(store, "decode", tmp_path)
+    run.params({"method": "sd"})
+    with pytest.warns(UserWarning, match="MLflow logging failed for decode: tracking server went away"):
+        run.metrics({"acceptance": 0.5})
+    run.end("FINISHED")
+    assert ("end", "FAILED") in store.calls
+    assert ("tag", "diversed.logging", "incomplete: tracking server went away") in store.calls
+    assert "decode: tracking server went away" in (tmp_path / tracking.FAILED_LOGS).read_text()

@@ -77,14 +77,15 @@ def run_tracked(args: argparse.Namespace) -> int:
             from diversed.score import efficiency, read_records
 
             run.metrics(efficiency(read_records(out)))
-        if out is not None and (out / "manifest.json").is_file():  # a trace collection
+        if out is not None and (out / "manifest.json").is_file():  # a trace collection: its summary
             from diversed.traces import collection_figures
 
             run.metrics(collection_figures(out))
+            run.artifact(out / "manifest.json")  # the sequences' tensors (GBs) stay on disk
+        elif out is not None:
+            run.artifact(out)
         if out is not None and (out / "head.json").is_file():
             run.metrics(json.loads((out / "head.json").read_text()).get("metrics", {}))
-        if out is not None:
-            run.artifact(out)
         return code
 
 
