@@ -10,7 +10,8 @@ draft depth (``--shapes paper``) or tiny ones (``--shapes tiny``: CPUs and the t
 Prints, and writes to ``--out`` as JSON, in one run:
 
 * the target's one-forward time at 1 and k + 1 tokens per row and at B rows, against the HBM floor
-  (weight bytes / ``--bandwidth``; 4.8 TB/s is an H200's);
+  (weight bytes / the card's bandwidth: :data:`CARD_BANDWIDTH` by the device's name, or ``--bandwidth``;
+  an unknown card without it gets no floor, and the record says so);
 * tokens/s at B = 1 of HF generate, HF assisted, ours ``auto`` and ours ``sd``; at each larger B of
   ``--batch-sizes``, ours ``auto``, ours ``sd`` and HF generate, with the ratios the issue names;
 * fp32 exactness on the device (a tiny pair): greedy ``sd`` equals greedy ``auto``, and batched rows
@@ -21,7 +22,8 @@ Prints, and writes to ``--out`` as JSON, in one run:
 Ours runs at every step of ``--steps`` (default: eager and graphs on CUDA, eager and fixed elsewhere);
 a system's name carries its step when it is not eager (``ours_sd[graphs]@1``).
 
-Run it through ``benchmarks/gpu.sh``.
+Each figure is written to ``--out`` as soon as it is measured, so a run cut short by its time limit
+still leaves what it measured. Run it through ``benchmarks/gpu.sh``.
 """
 
 from __future__ import annotations
@@ -29,14 +31,34 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import time
 from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from diversed import DecodeConfig, Decoder, bench
+from diversed.devices import timed
 from diversed.engine.cache import STEPS
+
+# Datasheet memory bandwidth (bytes/s) by a name fragment of torch.cuda.get_device_name(); the first
+# fragment that matches wins, so the more specific ones come first.
+CARD_BANDWIDTH = (
+    ("H200", 4.8e12),
+    ("H100 NVL", 3.9e12),
+    ("H100 PCIe", 2.0e12),
+    ("H100", 3.35e12),  # SXM5, HBM3
+    ("A100-SXM4-80GB", 2.039e12),
+    ("A100 80GB PCIe", 1.935e12),
+    ("A100", 1.555e12),  # the 40 GB cards
+    ("L40S", 0.864e12),
+    ("RTX 4090", 1.008e12),
+)
+
+
+def card_bandwidth(name: str) -> float | None:
+    """The datasheet bandwidth of the card called ``name``, or None for a card not in the table."""
+    return next((value for fragment, value in CARD_BANDWIDTH if fragment in name), None)
+
 
 SHAPES = {
     "paper": {
@@ -104,13 +126,12 @@ def _layer(key: str) -> int | None:
 
 def tokens_per_second(run, prompts: list[list[int]], batch: int, device: str) -> float:
     """Generated tokens per second of ``run`` over ``prompts``, ``batch`` at a time."""
-    bench.sync(torch.device(device))
-    start = time.perf_counter()
+    seconds: list[float] = []
     total = 0
-    for i in range(0, len(prompts), batch):
-        total += sum(len(o) for o in run(prompts[i : i + batch]))
-    bench.sync(torch.device(device))
-    return total / (time.perf_counter() - start)
+    with timed(device, seconds):
+        for i in range(0, len(prompts), batch):
+            total += sum(len(o) for o in run(prompts[i : i + batch]))
+    return total / seconds[0]
 
 
 def exactness(device: str, steps: list[str]) -> dict[str, bool]:
@@ -181,14 +202,40 @@ def main(argv: list[str] | None = None) -> dict:
         choices=STEPS,
         help="ours' steps to time and check (default: eager graphs on CUDA, eager fixed elsewhere)",
     )
-    parser.add_argument("--bandwidth", type=float, default=4.8e12, help="spec memory bandwidth, bytes/s")
+    parser.add_argument(
+        "--bandwidth", type=float, help="memory bandwidth, bytes/s (default: the card's, from CARD_BANDWIDTH)"
+    )
     parser.add_argument("--out", help="JSON file to write")
     args = parser.parse_args(argv)
     steps = args.steps or ["eager", "graphs" if args.device.startswith("cuda") else "fixed"]
     dtype = getattr(torch, args.dtype)
+    device_name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else args.device
+    bandwidth = args.bandwidth or card_bandwidth(device_name)
+    result: dict = {
+        **bench.provenance(),
+        "shapes": args.shapes,
+        "device": device_name,
+        "dtype": args.dtype,
+        "bandwidth": bandwidth,
+        "bandwidth_source": "--bandwidth" if args.bandwidth else "CARD_BANDWIDTH" if bandwidth else None,
+        "k": args.k,
+        "new_tokens": args.new_tokens,
+        "prompts": args.prompts,
+        "steps": steps,
+    }
+
+    def save(**figures) -> None:
+        """Add figures to the record and write it at once: a run cut short keeps what it measured."""
+        result.update(figures)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+    if bandwidth is None:
+        print(f"{device_name}: not in CARD_BANDWIDTH and no --bandwidth given: no memory floor is reported")
+    save()
     target, draft = self_draft_pair(SHAPES[args.shapes], args.draft_layers, args.eps, args.device, dtype)
     weight_bytes = bench.weight_bytes(target)
-    floor = weight_bytes / args.bandwidth
+    floor = weight_bytes / bandwidth if bandwidth else None
     context = list(range(3, 3 + 256))
     step_seconds = {"1 token": bench.step_seconds(target, context, 1)}
     step_seconds[f"{args.k + 1} tokens"] = bench.step_seconds(target, context, args.k + 1)
@@ -197,6 +244,13 @@ def main(argv: list[str] | None = None) -> dict:
         step_seconds[f"{args.k + 1} tokens x {rows} rows"] = bench.step_seconds(
             target, context, args.k + 1, rows=rows
         )
+    save(
+        pair=f"perturbed self-draft: draft = first {args.draft_layers} layers, eps = {args.eps}",
+        target_weight_bytes=weight_bytes,
+        hbm_floor_seconds=floor,
+        target_step_seconds=step_seconds,
+        step_over_floor={name: seconds / floor for name, seconds in step_seconds.items()} if floor else None,
+    )
     generator = torch.Generator().manual_seed(0)
     vocab = SHAPES[args.shapes]["vocab_size"]
     count = max([args.prompts, *args.batch_sizes])
@@ -234,43 +288,29 @@ def main(argv: list[str] | None = None) -> dict:
     for run in systems.values():
         run(prompts[:1])  # warm-up: kernels, allocator
     one = prompts[: args.prompts]
-    rates = {f"{name}@1": tokens_per_second(run, one, 1, args.device) for name, run in systems.items()}
+    rates: dict[str, float] = {}
+    for name, run in systems.items():
+        rates[f"{name}@1"] = tokens_per_second(run, one, 1, args.device)
+        save(tok_s=rates)
+    stats = [ours["ours_sd"].generate(p).stats for p in one[:4]]
+    save(acceptance_greedy=sum(s.accepted for s in stats) / max(1, sum(s.drafted for s in stats)))
     for batch in args.batch_sizes:
         for name in [*ours, "hf_generate"]:  # HF assisted runs at batch 1 only
             rates[f"{name}@{batch}"] = tokens_per_second(systems[name], prompts[:batch], batch, args.device)
-    stats = [ours["ours_sd"].generate(p).stats for p in one[:4]]
-    acceptance = sum(s.accepted for s in stats) / max(1, sum(s.drafted for s in stats))
+            save(tok_s=rates)
     sizes = [1, *args.batch_sizes]
-    result = {
-        **bench.provenance(),
-        "shapes": args.shapes,
-        "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device,
-        "dtype": args.dtype,
-        "pair": f"perturbed self-draft: draft = first {args.draft_layers} layers, eps = {args.eps}",
-        "acceptance_greedy": acceptance,
-        "target_weight_bytes": weight_bytes,
-        "hbm_floor_seconds": floor,
-        "target_step_seconds": step_seconds,
-        "step_over_floor": {name: seconds / floor for name, seconds in step_seconds.items()},
-        "steps": steps,
-        "tok_s": rates,
-        "ratios": {key: value for step in steps for key, value in ratios(rates, step, sizes).items()},
-        "ours_sd_increases_with_batch": {
+    save(
+        ratios={key: value for step in steps for key, value in ratios(rates, step, sizes).items()},
+        ours_sd_increases_with_batch={
             step: all(
                 rates[f"{ours_name('sd', step)}@{a}"] < rates[f"{ours_name('sd', step)}@{b}"]
                 for a, b in zip(sizes, sizes[1:], strict=False)
             )
             for step in steps
         },
-        "exact_fp32": exactness(args.device, steps),
-        "k": args.k,
-        "new_tokens": args.new_tokens,
-        "prompts": args.prompts,
-    }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    )
+    save(exact_fp32=exactness(args.device, steps))
+    print(json.dumps(result, indent=2))
     return result
 
 

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from diversed.devices import choose_dtype
 from diversed.bench import provenance
+from diversed.devices import choose_dtype
 
 TARGET, DRAFT = "embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b"
 CASES: dict[str, list[str]] = {

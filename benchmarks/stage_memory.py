@@ -163,8 +163,8 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    from diversed.devices import choose_dtype
     from diversed.bench import provenance
+    from diversed.devices import choose_dtype
 
     record = {"stages": rows, "dtype": "auto -> {} ({})".format(*choose_dtype("auto")), **provenance()}
     args.out.parent.mkdir(parents=True, exist_ok=True)

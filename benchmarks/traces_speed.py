@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
-from diversed.devices import choose_dtype
 from diversed.config import DTYPES
 from diversed.data import load_examples
+from diversed.devices import choose_dtype
 from diversed.engine.cache import RaggedCache
 from diversed.engine.loop import Decoder
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities

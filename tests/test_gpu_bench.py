@@ -21,6 +21,8 @@ def test_gpu_script_runs_on_cpu_with_tiny_shapes():
         "8",
         "--prompts",
         "4",
+        "--bandwidth",
+        "4e10",  # a CPU is in no card table
     ]
     out = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu.sh"), *args, "--batch-sizes", "2"],
@@ -41,3 +43,18 @@ def test_gpu_script_runs_on_cpu_with_tiny_shapes():
     checks = result["exact_fp32"]  # CPU fp32: every method exact, at both steps, and fixed = eager
     assert checks and all(checks.values())
     assert "fixed: batched = eager: method=cascade temperature=1.0" in checks
+
+
+def test_the_floor_comes_from_the_card_table_and_an_unknown_card_gets_none():
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_bench import card_bandwidth
+
+    assert card_bandwidth("NVIDIA H200") == 4.8e12
+    assert card_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
+    assert card_bandwidth("NVIDIA H100 PCIe") == 2.0e12
+    assert card_bandwidth("NVIDIA A100-SXM4-80GB") == 2.039e12
+    assert card_bandwidth("NVIDIA L40S") == 0.864e12
+    assert card_bandwidth("NVIDIA GeForce RTX 4090") == 1.008e12
+    assert card_bandwidth("Tesla T4") is None
