@@ -14,11 +14,15 @@ export DIVERSED_DATA_DIR
 
 .PHONY: test test-compat test-slurm reproduce study models lint bench bench-qwen bench-qwen-fp16 clean
 
+# A GPU machine (a cluster's login node, a CUDA box): keep the CUDA torch, not the CPU wheel:
+#   make CONSTRAINTS=/dev/null test        # pip then installs PyPI's torch, a CUDA 12 build
+# or, with a torch of your own (a site module, another CUDA version): pip install -e ".[dev,slurm]".
+# `diversed doctor` then says which device and dtype the jobs will use.
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned by the constraints file, so nothing can pull a multi-GB CUDA build instead
-	# of the CPU wheel; on a GPU machine: make CONSTRAINTS=/dev/null (or pip install -e . yourself).
+	# of the CPU wheel on a CPU machine.
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) torch
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) -e ".[dev]"
 	touch $(STAMP)
@@ -27,21 +31,33 @@ test: $(STAMP)
 	$(BIN)/ruff check diversed tests benchmarks
 	$(BIN)/python -m pytest
 
-# The engine's tests on other transformers releases that pyproject.toml allows: the oldest (5.14.0)
-# and the one a GPU image ships (5.17.0); `make test` runs the newest. Each is installed with the
-# dependencies it wants (an older huggingface-hub) under .compat/ and put first on the path, so the
-# venv stays as it is. 5.0-5.12 fail at import beside the `kernels` package newer releases require.
+# The engine's tests on the other releases pyproject.toml allows; `make test` runs the pinned ones.
+# transformers: the oldest (5.14.0) and the one a GPU image ships (5.17.0); 5.0-5.12 fail at import
+# beside the `kernels` package newer releases require. torch: the floor (2.6.0, the oldest that
+# transformers 5 turns on) and the newest release. PyPI's Linux torch wheels are CUDA builds (with
+# their nvidia libraries, ~3 GB a release): they run these tests on the CPU all the same; the
+# machine's pip cap on torch (/etc/xdg/pip) is lifted for them. Each release is installed under
+# .compat/ and put first on the path, so the venv stays as it is.
 COMPAT_VERSIONS ?= 5.14.0 5.17.0
+COMPAT_TORCH ?= 2.6.0 2.15.0
 COMPAT_TESTS := tests/test_greedy_identity.py tests/test_batched.py tests/test_prefix.py \
-	tests/test_sampling_exactness.py tests/test_cache_and_head.py tests/test_control.py tests/test_kv.py
+	tests/test_sampling_exactness.py tests/test_cache_and_head.py tests/test_control.py tests/test_kv.py \
+	tests/test_devices.py
+COMPAT_PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider $(COMPAT_TESTS)
 test-compat: $(STAMP)
 	@for v in $(COMPAT_VERSIONS); do \
 		test -d .compat/transformers-$$v || $(BIN)/pip install --quiet --target .compat/transformers-$$v \
-			transformers==$$v "huggingface-hub<2" 2>&1 | grep -v "dependency resolver\|requires packaging"; \
+			transformers==$$v "huggingface-hub<2" 2>&1 | grep -v "dependency resolver\|requires packaging\|WARNING: Location"; \
 		PYTHONPATH=$(abspath .compat)/transformers-$$v $(BIN)/python -c \
 			"import transformers; print('transformers', transformers.__version__)" || exit 1; \
-		PYTHONPATH=$(abspath .compat)/transformers-$$v $(BIN)/python -m pytest -q -p no:cacheprovider \
-			$(COMPAT_TESTS) || exit 1; \
+		PYTHONPATH=$(abspath .compat)/transformers-$$v $(COMPAT_PYTEST) || exit 1; \
+	done
+	@for v in $(COMPAT_TORCH); do \
+		test -d .compat/torch-$$v || PIP_CONSTRAINT=/dev/null $(BIN)/pip install --quiet \
+			--target .compat/torch-$$v torch==$$v 2>&1 | grep -v "dependency resolver\|WARNING: Location"; \
+		PYTHONPATH=$(abspath .compat)/torch-$$v $(BIN)/python -c \
+			"import torch; print('torch', torch.__version__)" || exit 1; \
+		PYTHONPATH=$(abspath .compat)/torch-$$v $(COMPAT_PYTEST) || exit 1; \
 	done
 
 # The cluster path on a real one-node SLURM (root: installs slurm-wlm/munge; else skips saying why).

@@ -229,9 +229,15 @@ def test_the_scorer_says_once_what_is_missing(tmp_path, capsys, monkeypatch):
         }
         for p in problems
     ]
-    metrics, _ = score.quality("humaneval", records)
+    with pytest.raises(SandboxError, match="PID namespace"):  # the default, isolated, refuses
+        score.quality("humaneval", records)
+    calls.clear()
+    metrics, outcomes = score.quality("humaneval", records, sandbox="rlimits")  # the explicit opt-in
     assert metrics["pass@1"] == 100.0 and len(calls) == 3
     assert capsys.readouterr().err.count("not enforced on this machine") == 1
+    assert all(
+        o["sandbox"].startswith("rlimits: missing own processes only (PID namespace)") for o in outcomes
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")

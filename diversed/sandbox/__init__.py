@@ -74,8 +74,9 @@ def parse_mode(name: str) -> str:
     return mode
 
 
-class SandboxError(RuntimeError):
-    """The sandbox cannot give what was asked for (``strict`` and something is missing)."""
+class SandboxError(ValueError):
+    """The sandbox cannot give what was asked for (``strict`` and something is missing); a
+    ValueError, so the CLI prints it as its one-line error."""
 
 
 @dataclass
