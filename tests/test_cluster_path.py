@@ -193,3 +193,14 @@ def test_every_shipped_config_resolves_to_what_its_file_says(path):
         for key, sub in spec.get("properties", {}).items():
             if key not in written.get(section, {}) and "default" in sub:
                 assert resolved[section][key] == sub["default"], f"{section}.{key}"
+
+
+def test_several_gpus_per_job_are_refused_in_one_line():
+    """Parallelism is one job per GPU: a job holding two would leave one idle (no rule launches
+    several processes), so the schema refuses it rather than allocate it."""
+    from diversed.config import ConfigError
+
+    config = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    config["resources"]["gpu"] = 2
+    with pytest.raises(ConfigError, match=r"^resources\.gpu: 2 is greater than the maximum of 1$"):
+        validate_config(config, SCHEMA)
