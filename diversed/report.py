@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from diversed import bootstrap
+from diversed import bootstrap, frontier
 from diversed.data import get_task
 from diversed.metrics import QUALITY
 from diversed.weights import MATCH_TOLERANCE
@@ -137,6 +137,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
         if row["latency_examples"] < bootstrap.MIN_LATENCY:
             row["seconds_per_example"], row["seconds_per_example_ci"] = None, None
         row["vs_sd"] = paired_vs_sd(row, rows)
+        row["vs_frontier"] = versus_static_frontier(row, rows)
         row["vs_static"] = versus_static_curve(row, rows)
         row["vs_matched"] = versus_matched_static(row, rows)
     return rows
@@ -169,6 +170,22 @@ def static_sweep(rows: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]
 def same_cell(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Two settings whose rows are comparable: the same dataset, temperature and draft length."""
     return (a["dataset"], a["temperature"], a["k"]) == (b["dataset"], b["temperature"], b["k"])
+
+
+def versus_static_frontier(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A relaxed setting's quality minus the static frontier at its acceptance (the upper concave
+    envelope of every static point of its cell, sd and w = 0 included; :mod:`diversed.frontier`),
+    paired over the examples all of them decoded, with the 80%-power effect."""
+    if row["method"] in ("static", "auto", "sd") or not row["per_example"] or row["acceptance_rate"] is None:
+        return None
+    statics = [r for _, r in static_sweep([r for r in rows if same_cell(r, row) and r["per_example"]])]
+    aligned = aligned_columns(row, statics) if len(statics) >= 2 else None
+    if not aligned:
+        return None
+    n, (mine, *theirs) = aligned
+    corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
+    weights = ", ".join(f"{r['target_weight'] if r['method'] == 'static' else 1:g}" for r in statics)
+    return {"n": n, "static_w": weights, **frontier.above_frontier(mine, theirs, corpus)}
 
 
 def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -226,9 +243,12 @@ def versus_matched_static(row: dict[str, Any], rows: list[dict[str, Any]]) -> di
     return {"w": matched[0]["target_weight"], "n": n, **differences}
 
 
-def half_width(interval: list[float] | None) -> str:
-    """The half-width of a paired interval: about the smallest difference its comparison can detect."""
-    return "--" if not interval else f"{(interval[1] - interval[0]) / 2:.3g}"
+def effect_80(interval: list[float] | None) -> str:
+    """The smallest true difference a paired comparison detects with 80% power (two-sided 5%),
+    from its 95% interval: (z_0.975 + z_0.8) standard errors, about 1.43 half-widths."""
+    if not interval:
+        return "--"
+    return f"{frontier.POWER_FACTOR * (interval[1] - interval[0]) / (2 * 1.959964):.3g}"
 
 
 def speedup_over(auto: dict[str, Any], row: dict[str, Any]) -> tuple[float | None, list[float] | None]:
@@ -348,7 +368,8 @@ def paired_table(rows: list[dict[str, Any]]):
                 "quality": r["quality_name"],
                 "delta quality": _cell(diff["quality"], diff["quality_ci"]),
                 "delta acceptance": _cell(diff.get("acceptance_rate"), diff.get("acceptance_rate_ci")),
-                "quality above the static curve": (
+                "quality above the static frontier": frontier_cell(r.get("vs_frontier")),
+                "quality above the neighbour line": (
                     f"{_cell(r['vs_static']['gap'], r['vs_static']['gap_ci'])} ({r['vs_static']['between']})"
                     if r.get("vs_static")
                     else "--"
@@ -360,10 +381,11 @@ def paired_table(rows: list[dict[str, Any]]):
                     if (matched := r.get("vs_matched"))
                     else "--"
                 ),
-                "half-widths (sd / curve / matched)": " / ".join(
-                    half_width((r.get(key) or {}).get(name))
+                "80%-power effect (sd / frontier / line / matched)": " / ".join(
+                    effect_80((r.get(key) or {}).get(name))
                     for key, name in (
                         ("vs_sd", "quality_ci"),
+                        ("vs_frontier", "gap_ci"),
                         ("vs_static", "gap_ci"),
                         ("vs_matched", "quality_ci"),
                     )
@@ -375,6 +397,15 @@ def paired_table(rows: list[dict[str, Any]]):
         return frame
     key = frame["setting"].map(lambda s: (METHOD_ORDER.get(s.split()[0], 9), s))
     return frame.assign(_key=key).sort_values(["dataset", "_key"]).drop(columns="_key")
+
+
+def frontier_cell(found: dict[str, Any] | None) -> str:
+    """``+5.1 [+0.3, +9.8] (n 200)``, or why there is no number."""
+    if not found:
+        return "--"
+    if found["gap"] is None:
+        return found["outside"]
+    return f"{_cell(found['gap'], found['gap_ci'])} (n {found['n']})"
 
 
 def weights_table(rows: list[dict[str, Any]]):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import matplotlib
+import pytest
 
 from diversed.plots import _pareto_panel, _reference_band
 from diversed.report import static_sweep
@@ -119,6 +120,40 @@ def test_the_paired_table_shares_its_quality_columns_across_metrics():
     assert [c for c in table.columns if "quality" in c] == [
         "quality",
         "delta quality",
-        "quality above the static curve",
+        "quality above the static frontier",
+        "quality above the neighbour line",
     ]
     assert list(table["delta quality"]) == ["-2 [-5, 1]"] * 2 and not table.isna().any().any()
+
+
+def test_a_rule_is_judged_against_the_static_frontier_not_the_neighbour_line():
+    """A convex static curve (sd 36 at acceptance 0.6, w = 0.75 20 at 0.7, w = 0.5 20 at 0.8, w = 0
+    15 at 0.9): a rule at acceptance 0.78 scoring 30 lies +10 above the neighbour line but only
+    +5.33 above the envelope, the chord from sd to w = 0; one at 0.95 gets no number."""
+    from diversed.report import versus_static_curve, versus_static_frontier
+
+    def cell(method: str, w: float | None, acceptance: float, quality: float) -> dict:
+        examples = [
+            {"id": str(i), "quality": 100.0 * (i < quality * 2), "accepted": acceptance * 10, "drafted": 10}
+            for i in range(200)
+        ]
+        return {
+            "method": method,
+            "dataset": "gsm8k",
+            "temperature": 1.0,
+            "k": 4,
+            "target_weight": w,
+            "acceptance_rate": acceptance,
+            "per_example": [{**e, "blocks": 3, "seconds": 1.0, "batch_size": 8} for e in examples],
+            "corpus_bleu": False,
+        }
+
+    statics = [cell("sd", None, 0.6, 36), cell("static", 0.75, 0.7, 20), cell("static", 0.5, 0.8, 20)]
+    statics.append(cell("static", 0.0, 0.9, 15))
+    rule = cell("gate", None, 0.78, 30)
+    found = versus_static_frontier(rule, [rule, *statics])
+    assert found["gap"] == pytest.approx(30 - (36 - 0.6 * 21)) and found["n"] == 200
+    assert found["static_w"] == "0, 0.5, 0.75, 1"
+    assert versus_static_curve(rule, [rule, *statics])["gap"] == pytest.approx(10.0)
+    far = cell("gate", None, 0.95, 30)
+    assert versus_static_frontier(far, [far, *statics])["outside"].startswith("acceptance 0.950 outside")
