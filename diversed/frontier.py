@@ -43,6 +43,21 @@ def envelope_at(acceptance: np.ndarray, quality: np.ndarray, x: np.ndarray) -> n
     return np.where(np.isfinite(best), best, np.nan)
 
 
+def hull(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The vertices of the upper concave envelope of (acceptance, quality) points, by acceptance
+    (Andrew's monotone chain, upper half): what the plots draw."""
+    upper: list[tuple[float, float]] = []
+    for x, y in sorted(set(points)):
+        while len(upper) >= 2:
+            (x1, y1), (x2, y2) = upper[-2], upper[-1]
+            if (x2 - x1) * (y - y1) - (y2 - y1) * (x - x1) >= 0:  # the middle point lies on or below
+                upper.pop()
+            else:
+                break
+        upper.append((x, y))
+    return upper
+
+
 def detectable_effect(spread: np.ndarray) -> float | None:
     """The smallest true difference a paired comparison with this bootstrap distribution detects
     with 80% power (two-sided, 5%)."""

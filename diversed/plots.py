@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from diversed.engine.stats import leviathan_speedup
+from diversed.frontier import hull
 from diversed.report import METHOD_ORDER, cell_sizes, static_sweep
 
 
@@ -123,6 +124,15 @@ def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
             capsize=2,
             label="static ensemble, w = 0 ... 1",
         )
+        if x_key == "acceptance_rate":  # what mixing static weights over examples can reach
+            edge = hull([(r[x_key], r["quality"]) for r in sweep])
+            ax.plot(
+                *zip(*edge, strict=True),
+                ls="--",
+                color="black",
+                lw=1,
+                label="static frontier (concave envelope)",
+            )
         for w, r in weighted:
             ax.annotate(
                 f"w={w:g}" + (" (sd)" if r["method"] == "sd" else ""),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diversed.frontier import POWER_FACTOR, above_frontier, envelope_at
+from diversed.frontier import POWER_FACTOR, above_frontier, envelope_at, hull
 
 CONVEX = ([0.6, 0.7, 0.8, 0.9], [36.0, 20.0, 20.0, 17.5])  # the natural pair's GSM8K shape
 CONCAVE = ([0.6, 0.8, 0.9], [30.0, 29.0, 20.0])
@@ -78,3 +78,9 @@ def test_a_setting_outside_the_static_range_gets_no_gap():
     found = above_frontier(cell(0.95, 40.0), statics)
     assert found["gap"] is None and found["gap_ci"] is None
     assert found["outside"] == "acceptance 0.950 outside the static range [0.600, 0.900]"
+
+
+def test_the_plotted_frontier_keeps_only_the_envelopes_vertices():
+    assert hull(list(zip(*CONVEX, strict=True))) == [(0.6, 36.0), (0.9, 17.5)]
+    assert hull(list(zip(*CONCAVE, strict=True))) == list(zip(*CONCAVE, strict=True))
+    assert hull(list(zip(*NOT_MONOTONE, strict=True))) == [(0.6, 30.0), (0.8, 28.0), (0.9, 5.0)]
