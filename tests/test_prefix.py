@@ -222,5 +222,9 @@ def test_group_rollouts_with_and_without_prefix_cache_store_the_same_traces(cnnd
     for sequence in manifests["on"]["sequences"]:
         on = load_file(str(folders["on"] / f"{sequence['file']}.safetensors"))
         off = load_file(str(folders["off"] / f"{sequence['file']}.safetensors"))
-        # equal up to fp32 rounding: the prefix's KV came from a forward of another length
-        assert all(torch.allclose(on[k].float(), off[k].float(), rtol=0, atol=1e-5) for k in on)
+        # equal up to fp32 rounding: the prefix's KV came from a forward of another length.
+        # Probabilities agree to 2e-7; the hidden states (the head's inputs, summed over more
+        # terms) to 1.5e-5 on torch 2.6, whose kernels sum in another order (make test-compat).
+        for k in on:
+            bound = 5e-5 if k.startswith("h_") else 1e-5
+            assert torch.allclose(on[k].float(), off[k].float(), rtol=0, atol=bound), k
