@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 
-from diversed.methods import ALIASES, CascadeRule, EnsembleSpace, Method, Schedule, parse_method
+from diversed.methods import ALIASES, CascadeRule, EnsembleSpace, GateSignal, Method, Schedule, parse_method
 
 # Model dtypes a user may ask for; "auto" is resolved by diversed.devices.choose_dtype.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -185,6 +185,17 @@ class DecodeConfig:
     )
     cascade_rule: CascadeRule = knob(CascadeRule.OPT, "speculative-cascade deferral rule")
     cascade_alpha: float = knob(0.0, "deferral-rule parameter alpha")
+    gate: GateSignal = knob(
+        GateSignal.TV,
+        "signal of method gate: tv / kl set w = 1 where TV(p, q) / KL(p || q) > gate_threshold, else"
+        " w = 0; entropy sets w = 0 where the target's entropy (nats) >= gate_threshold, else w = 1",
+    )
+    gate_threshold: float = knob(
+        0.1,
+        "threshold of the gate: tv 0 is sd, tv 1 is static w = 0; entropy 0 is static w = 0, above"
+        " log(vocabulary) it is sd",
+        minimum=0,
+    )
     seed: int = knob(42, "seed of the sampling generator")
 
     @classmethod

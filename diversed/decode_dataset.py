@@ -34,6 +34,7 @@ from diversed.config import DecodeConfig, check_range, differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
 from diversed.engine.stats import GenerationStats
 from diversed.files import read_resumable
+from diversed.methods import Method
 from diversed.weights import token_class
 
 # How every decode record's line begins (``id`` is its first key): a torn last line that begins
@@ -65,6 +66,9 @@ class DecodeJob:
         quantized = {"quantize": self.quantize} if self.quantize != "none" else {}
         if self.draft_transform is not None and self.config.method.speculative:
             quantized["draft_transform"] = self.draft_transform
+        config = self.config.to_dict()
+        if self.config.method is not Method.GATE:
+            del config["gate"], config["gate_threshold"]
         return {
             "dataset": self.dataset,
             "split": self.split,
@@ -75,7 +79,7 @@ class DecodeJob:
             "dtype": self.dtype,
             **quantized,
             "head": self.head,
-            **self.config.to_dict(),
+            **config,
         }
 
     def settings_hash(self) -> str:

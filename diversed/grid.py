@@ -29,6 +29,8 @@ ABBREVIATIONS = {
     "lenience": "l",
     "cascade_rule": "",
     "cascade_alpha": "a",
+    "gate": "",
+    "gate_threshold": "t",
     "ensemble_space": "",
     "num_assistant_tokens": "k",
     "temperature": "T",

@@ -18,6 +18,7 @@ class Method(str, Enum):
     STATIC = "static"  # static ensemble: verify against v = w p + (1 - w) q
     DIVERSED = "diversed"  # dynamic ensemble: w per token from a learned head
     CASCADE = "cascade"  # speculative cascades: verify against a deferral-rule target
+    GATE = "gate"  # training-free per-token ensemble: w = 1 or 0 by a threshold on TV, KL or entropy
 
     @property
     def speculative(self) -> bool:
@@ -58,6 +59,21 @@ class CascadeRule(str, Enum):
     DIFF = "diff"  # defer iff max q < max p - alpha
     OPT = "opt"  # defer iff max q < max p - alpha * TV(p, q)
     TOKEN = "token"  # token-level: keep q on tokens the target rates near its best, else p
+
+
+class GateSignal(str, Enum):
+    """What a training-free gate reads per position, all of it already at the verifier's hand.
+
+    ``tv`` and ``kl`` protect where the models disagree: w = 1 (verify against the target) where
+    TV(p, q) or KL(p || q) exceeds the threshold, w = 0 (take the draft's distribution) elsewhere,
+    the "fuzzy" / KL-threshold rules (arXiv 2502.20704, 2601.04766). ``entropy`` is FLy's gate
+    (arXiv 2511.22972) without its deferred window: relax (w = 0) where the target is uncertain,
+    its entropy H(p) in nats at least the threshold, and verify exactly where it is sure.
+    """
+
+    TV = "tv"
+    KL = "kl"
+    ENTROPY = "entropy"
 
 
 class Schedule(str, Enum):

@@ -86,7 +86,9 @@ def _save(fig, out: Path, name: str, plt) -> list[Path]:
     return paths
 
 
-MARKERS = {"auto": "s", "sd": "o", "lossy": "v", "cascade": "D", "diversed": "*"}
+MARKERS = {"auto": "s", "sd": "o", "lossy": "v", "cascade": "D", "gate": "^", "diversed": "*"}
+# Each training-free gate is a family swept over its threshold: a line of its own, like static's.
+GATE_COLOURS = {"tv": "tab:olive", "kl": "tab:cyan", "entropy": "tab:brown"}
 # One colour per method in every panel: matplotlib's cycle recolours a method by what else a panel holds.
 COLOURS = {
     "auto": "tab:purple",
@@ -142,7 +144,23 @@ def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
                 textcoords="offset points",
                 color="grey",
             )
-    for method in [m for m in METHOD_ORDER if m != "static"]:
+    for signal, colour in GATE_COLOURS.items():
+        family = sorted(
+            (r for r in rows if r["method"] == "gate" and r["gate"] == signal), key=lambda r: r[x_key]
+        )
+        if family:
+            ax.errorbar(
+                [r[x_key] for r in family],
+                [r["quality"] for r in family],
+                xerr=_errors(family, x_key),
+                yerr=_errors(family, "quality"),
+                fmt="-^",
+                color=colour,
+                ms=5,
+                capsize=2,
+                label=f"gate {signal}, t = " + ", ".join(f"{r['gate_threshold']:g}" for r in family),
+            )
+    for method in [m for m in METHOD_ORDER if m not in ("static", "gate")]:
         points = [r for r in rows if r["method"] == method]
         if not points:
             continue

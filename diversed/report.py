@@ -28,7 +28,7 @@ from diversed.metrics import QUALITY
 from diversed.weights import MATCH_TOLERANCE
 
 CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example", "speedup")
-METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "diversed": 5}
+METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "gate": 5, "diversed": 6}
 
 
 def setting_label(s: dict[str, Any]) -> str:
@@ -47,6 +47,8 @@ def setting_label(s: dict[str, Any]) -> str:
         parts.append(f"l={s['lenience']:g}")
     elif method == "cascade":
         parts.append(f"{s['cascade_rule']} a={s['cascade_alpha']:g}")
+    elif method == "gate":
+        parts.append(f"{s['gate']} t={s['gate_threshold']:g}")
     if method != "auto":
         parts.append(f"k={s['num_assistant_tokens']}")
         if s.get("schedule", "constant") != "constant":

@@ -26,6 +26,8 @@ METHODS = [
     {"method": "cascade", "cascade_rule": "opt", "cascade_alpha": 0.0},
     {"method": "cascade", "cascade_rule": "token", "cascade_alpha": 0.35},
     {"method": "diversed"},
+    {"method": "gate", "gate": "tv", "gate_threshold": 0.3},
+    {"method": "gate", "gate": "entropy", "gate_threshold": 2.0},
 ]
 
 

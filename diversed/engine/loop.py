@@ -261,7 +261,7 @@ class Decoder:
             new = tokens[:n] + ([] if ends_on_draft else [token])
             if trace is not None:
                 row.trace.append({k: v[b, : len(new)] for k, v in trace.items()})
-            if self.rule.needs_hidden_states:  # kept drafts and a correction: positions 0..n
+            if self.rule.per_token_weights:  # kept drafts and a correction: positions 0..n
                 stats = values[4 + 2 * width :]
                 at = [tuple(stats[3 * i : 3 * i + 3]) for i in range(min(n + 1, drafted))]
                 row.token_stats += at + [None] * (len(new) - len(at))  # a bonus token: none
@@ -296,7 +296,7 @@ class Decoder:
         trace = None
         if self.traces:  # cut like the tokens (an end token or stop string inside a block)
             trace = {k: torch.cat([t[k] for t in row.trace])[: len(row.generated)] for k in TRACE_FIELDS}
-        token_stats = row.token_stats[: len(row.generated)] if self.rule.needs_hidden_states else None
+        token_stats = row.token_stats[: len(row.generated)] if self.rule.per_token_weights else None
         return Generation(row.generated, row.finish, row.stats, trace, token_stats)
 
     def _draft(self, batch: Batch) -> Draft | None:
@@ -373,7 +373,7 @@ class Decoder:
             block = Block(tokens, torch.zeros_like(last), p, p[:, :0], logits, logits[:, :0])
             accepted, extra, _ = verify(self.rule, block, self.sampling, rng)
             return Verified(accepted, extra, tokens.double(), seconds, None)
-        weights = None
+        weights = self.rule.weights(p[:, :width], drafts.q)
         if self.rule.needs_hidden_states:
             weights = self.head(drafts.hidden, h_target[:, :width]).float()
         block = Block(drafts.tokens, drafts.num_drafted, p, drafts.q, logits, drafts.q_logits, weights)

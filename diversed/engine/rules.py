@@ -10,6 +10,7 @@ distributed exactly as v; they differ only in v:
 sd         v = p
 static     v = w p + (1 - w) q            (or softmax(w z_p + (1 - w) z_q))
 diversed   as static, w per position from a learned head
+gate       as static, w per position 1 or 0 by a threshold on TV, KL or H(p): no training
 cascade    v = pi, a deferral-rule mixture of p and q
 =========  ============================================================
 
@@ -31,7 +32,7 @@ import torch
 
 from diversed.config import DecodeConfig
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
-from diversed.methods import CascadeRule, EnsembleSpace, Method
+from diversed.methods import CascadeRule, EnsembleSpace, GateSignal, Method
 
 
 @dataclass
@@ -82,6 +83,11 @@ class Rule:
     """SD verification against :meth:`target`; subclasses choose the target."""
 
     needs_hidden_states = False
+    per_token_weights = False  # a weight w per position (recorded with each token)
+
+    def weights(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor | None:
+        """Per-position weights the rule computes itself from p and q ([..., V] -> [...]), if any."""
+        return None
 
     def target(self, pos: Position) -> torch.Tensor:
         """The distribution the drafted tokens are verified against."""
@@ -125,6 +131,7 @@ class EnsembleRule(Rule):
         self.space = space
         self.sampling = sampling
         self.needs_hidden_states = weight is None
+        self.per_token_weights = weight is None
 
     def _weights(self, pos: Position) -> torch.Tensor | float:
         if self.weight is not None:
@@ -139,6 +146,39 @@ class EnsembleRule(Rule):
             return w * pos.p + (1.0 - w) * pos.q
         mixed = w * pos.p_logits.float() + (1.0 - w) * pos.q_logits.float()
         return probabilities(mixed, self.sampling)
+
+
+def kl_divergence(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) per row, in nats (0 log 0 = 0)."""
+    return torch.where(p > 0, p * (p.clamp_min(1e-30).log() - q.clamp_min(1e-30).log()), 0.0).sum(-1)
+
+
+def entropy(p: torch.Tensor) -> torch.Tensor:
+    """H(p) per row, in nats."""
+    return -torch.where(p > 0, p * p.clamp_min(1e-30).log(), 0.0).sum(-1)
+
+
+class GateRule(EnsembleRule):
+    """A training-free per-token ensemble: w = 1 or 0 at each position by a threshold on a signal
+    the verifier already has (:class:`~diversed.methods.GateSignal`), then the dynamic ensemble's
+    test against v = w p + (1 - w) q, so a kept token has acceptance 1 - w TV(p, q)."""
+
+    def __init__(
+        self, signal: GateSignal, threshold: float, space: EnsembleSpace, sampling: Sampling
+    ) -> None:
+        super().__init__(None, space, sampling)
+        self.needs_hidden_states = False
+        self.signal = signal
+        self.threshold = threshold
+
+    def weights(self, p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        if self.signal is GateSignal.TV:
+            protect = total_variation(p, q) > self.threshold
+        elif self.signal is GateSignal.KL:
+            protect = kl_divergence(p, q) > self.threshold
+        else:
+            protect = entropy(p) < self.threshold
+        return protect.to(p.dtype)
 
 
 class CascadeRuleVerifier(Rule):
@@ -177,6 +217,8 @@ def make_rule(config: DecodeConfig) -> Rule:
         return EnsembleRule(config.target_weight, config.ensemble_space, sampling)
     if method is Method.DIVERSED:
         return EnsembleRule(None, config.ensemble_space, sampling)
+    if method is Method.GATE:
+        return GateRule(config.gate, config.gate_threshold, config.ensemble_space, sampling)
     return CascadeRuleVerifier(config.cascade_rule, config.cascade_alpha)
 
 
