@@ -145,14 +145,14 @@ def provenance() -> dict[str, Any]:
     """Where and from what a benchmark record came: the machine, the date, the commit and the
     command line, so a committed record can be rerun and compared."""
     import os
-    import subprocess
     import sys
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    from diversed.provenance import commit
+
     return {
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "date": time.strftime("%Y-%m-%d"),
-        "commit": commit.stdout.strip(),
+        "commit": commit(),
         "command": " ".join(sys.argv),
     }
 

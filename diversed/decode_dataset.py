@@ -35,6 +35,7 @@ from diversed.data import DataError, Example, get_task, load_examples
 from diversed.engine.stats import GenerationStats
 from diversed.files import read_resumable
 from diversed.methods import Method
+from diversed.provenance import commit, head_sha256
 from diversed.weights import token_class
 
 # How every decode record's line begins (``id`` is its first key): a torn last line that begins
@@ -69,6 +70,8 @@ class DecodeJob:
         config = self.config.to_dict()
         if self.config.method is not Method.GATE:
             del config["gate"], config["gate_threshold"]
+        if (digest := head_sha256(self.head)) is not None:  # the head's bytes, not only its folder
+            quantized["head_sha256"] = digest
         return {
             "dataset": self.dataset,
             "split": self.split,
@@ -194,7 +197,7 @@ def run_decode(
     if prefix:
         print(f"{job.dataset}: {len(prefix)} shared prompt tokens, prefilled once per model", file=sys.stderr)
     decoder = stack.decoder(job.config, task.stop_strings, prefix=prefix, step=step)
-    settings, digest = job.settings(), job.settings_hash()
+    settings, digest, code = job.settings(), job.settings_hash(), commit()
     done_stats = [GenerationStats()]
     batch_seconds = 0.0
     bar = tqdm(
@@ -233,6 +236,7 @@ def run_decode(
                     "step": step,
                     "settings": settings,
                     "settings_hash": digest,
+                    "commit": code,
                 }
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done_stats.append(result.stats)

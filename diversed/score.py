@@ -12,6 +12,7 @@ from diversed.data import DataError, get_task, load_records
 from diversed.engine.stats import GenerationStats
 from diversed.files import read_jsonl
 from diversed.metrics import QUALITY, accuracy, bleu, pass_at_1, rouge, rouge2_per_example
+from diversed.provenance import commit
 from diversed.sandbox import run_program
 from diversed.weights import weight_statistics
 
@@ -171,6 +172,7 @@ def score_file(
         **confidence_intervals(dataset, examples),
         **({"w_test": weights} if (weights := weight_statistics(records)) else {}),
         "settings": records[0].get("settings", {}),
+        "commit": {"score": commit(), "decode": sorted({r.get("commit", "not recorded") for r in records})},
         **({"sandbox": sandbox} if get_task(dataset).metric == "pass@1" else {}),
         "per_example": examples,
     }

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from diversed.tiny import tiny_pair, tiny_tokenizer
+from diversed.tiny import tiny_pair, tiny_tokenizer, write_tiny_pair
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -93,3 +93,9 @@ def cnndm_data(tmp_path_factory):
     (root / "cnndm").mkdir()
     (root / "cnndm" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train))
     return root
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    """A tiny random pair written as model folders, as a user's local models are (one per module)."""
+    return write_tiny_pair(tmp_path_factory.mktemp("tiny"))

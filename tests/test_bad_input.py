@@ -15,14 +15,8 @@ from diversed.cli import main
 from diversed.config import DTYPES, QUANTIZE, ConfigError
 from diversed.engine.cache import STEPS
 from diversed.grid import expand
-from diversed.tiny import write_tiny_pair
 from diversed.traces import TraceJob
 from diversed.workflow_config import validate_config
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    return write_tiny_pair(tmp_path_factory.mktemp("tiny"))
 
 
 def decode(model_dirs, out, *extra: str) -> list[str]:

@@ -9,12 +9,7 @@ import sys
 import pytest
 
 from diversed.cli import main
-from diversed.tiny import tiny_model, tiny_tokenizer, write_tiny_pair
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    return write_tiny_pair(tmp_path_factory.mktemp("tiny"))
+from diversed.tiny import tiny_model, tiny_tokenizer
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -14,13 +14,8 @@ from diversed.cli import main
 from diversed.control import DigitOracle, apply_draft_transform, digit_ids, digit_swap_permutation
 from diversed.decode_dataset import DecodeJob
 from diversed.stack import load_stack
-from diversed.tiny import tiny_pair, write_tiny_pair
+from diversed.tiny import tiny_pair
 from diversed.weights import token_class, weight_statistics
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    return write_tiny_pair(tmp_path_factory.mktemp("tiny"))
 
 
 def test_digit_swap_permutes_the_digit_logits_of_the_draft_and_nothing_else(tokenizer):

@@ -12,14 +12,8 @@ import pytest
 
 from diversed.cli import main
 from diversed.data import load_examples
-from diversed.tiny import write_tiny_pair
 
 KEYS = {"id", "dataset", "method", "prompt", "completion", "prediction", "reference", "stats"}
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory):
-    return write_tiny_pair(tmp_path_factory.mktemp("tiny"))
 
 
 def decode_argv(model_dirs, out, n=4, *extra):

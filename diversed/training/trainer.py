@@ -259,6 +259,8 @@ def train_from_traces(
     )
     weights = weight_card(head, trajectories)
     settings = manifests[-1]["settings"]
+    chosen = selection["chosen"]["reg_lambda"]  # None: the untrained start was kept
+    trained = replace(cfg, reg_lambda=chosen) if chosen is not None else None
     card = {
         "target": settings.get("target"),
         "draft": settings.get("draft"),
@@ -266,8 +268,8 @@ def train_from_traces(
         "traces": [str(f) for f in folders],
         "traces_hash": [m["settings_hash"] for m in manifests],
         "init": str(init) if init else None,
-        "training": asdict(cfg),
-        "training_hash": cfg.config_hash(),
+        "training": asdict(trained) if trained else {**asdict(cfg), "reg_lambda": None, "epochs_trained": 0},
+        "training_hash": trained.config_hash() if trained else None,
         "selection": selection,
         "metrics": {**weights["metrics"], **selection["chosen"]},
         "w_histogram": weights["w_histogram"],
@@ -277,6 +279,13 @@ def train_from_traces(
     for stale in out_dir.glob(f"{FINALIST}*"):
         shutil.rmtree(stale)
     for lam, final in finals.items():  # the finalists of an on-policy check, beside the chosen head
-        own = {**card, "chosen_by": f"the last epoch of lambda {lam:g}", **weight_card(final, trajectories)}
+        mine = replace(cfg, reg_lambda=lam)
+        own = {
+            **card,
+            "training": asdict(mine),
+            "training_hash": mine.config_hash(),
+            "chosen_by": f"the last epoch of lambda {lam:g}",
+            **weight_card(final, trajectories),
+        }
         save_head(final, out_dir / f"{FINALIST}{lam:g}", own)
     return card
