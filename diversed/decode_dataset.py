@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from diversed.config import DecodeConfig, check_range, differing_keys
 from diversed.data import DataError, Example, get_task, load_examples
+from diversed.devices import device_name
 from diversed.engine.stats import GenerationStats
 from diversed.files import read_resumable
 from diversed.methods import Method
@@ -198,6 +199,7 @@ def run_decode(
         print(f"{job.dataset}: {len(prefix)} shared prompt tokens, prefilled once per model", file=sys.stderr)
     decoder = stack.decoder(job.config, task.stop_strings, prefix=prefix, step=step)
     settings, digest, code = job.settings(), job.settings_hash(), commit()
+    where = device_name(device)
     done_stats = [GenerationStats()]
     batch_seconds = 0.0
     bar = tqdm(
@@ -234,6 +236,7 @@ def run_decode(
                     "batch": batch_info,
                     "prefix_cache": prefix_cache,
                     "step": step,
+                    "device": where,
                     "settings": settings,
                     "settings_hash": digest,
                     "commit": code,

@@ -42,6 +42,14 @@ def is_cuda(device: str | torch.device) -> bool:
     return str(device).startswith("cuda")
 
 
+def device_name(device: str) -> str:
+    """What a record says it ran on: ``cpu``, or ``cuda:0 (NVIDIA H100 80GB HBM3)``."""
+    if not is_cuda(device):
+        return str(device)
+    index = torch.device(device).index or 0
+    return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+
+
 def choose_dtype(name: str, device: str = "cpu") -> tuple[str, str]:
     """The dtype to run in, and why: ``auto`` is bf16 where ``device`` has native bf16 arithmetic,
     fp16 on older GPUs, fp32 on CPUs without it."""
