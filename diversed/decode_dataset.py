@@ -200,6 +200,7 @@ def run_decode(
     decoder = stack.decoder(job.config, task.stop_strings, prefix=prefix, step=step)
     settings, digest, code = job.settings(), job.settings_hash(), commit()
     where = device_name(device)
+    status = head_check(job.head)
     done_stats = [GenerationStats()]
     batch_seconds = 0.0
     bar = tqdm(
@@ -240,6 +241,7 @@ def run_decode(
                     "settings": settings,
                     "settings_hash": digest,
                     "commit": code,
+                    **({"head_check": status} if status else {}),
                 }
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done_stats.append(result.stats)
@@ -256,6 +258,16 @@ def run_decode(
     mine = [example.id for i, example in enumerate(examples) if i % world == rank]
     write_in_order(path, job, mine)
     return path
+
+
+def head_check(head: str | None) -> dict[str, Any] | None:
+    """What the workflow's check said of a trained head (its card): whether it is untrained (then it
+    is static w = 0.5) and its verdict against the static rule at its own mean w."""
+    card = Path(head) / "head.json" if head else None
+    if card is None or not card.is_file():
+        return None
+    found = json.loads(card.read_text())
+    return {"untrained": bool(found.get("untrained")), "verdict": found.get("check", {}).get("verdict")}
 
 
 def warm_up(decoder: Any, prompt: list[int], seed: int) -> None:

@@ -12,9 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from diversed.comparisons import static_sweep
 from diversed.engine.stats import leviathan_speedup
 from diversed.frontier import hull
-from diversed.report import METHOD_ORDER, cell_sizes, static_sweep
+from diversed.report import METHOD_ORDER, cell_sizes
 
 
 def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:

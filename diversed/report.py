@@ -18,22 +18,30 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from diversed import bootstrap, frontier
+from diversed.comparisons import (
+    paired_vs_sd,
+    speedup_over,
+    versus_matched_static,
+    versus_static_curve,
+    versus_static_frontier,
+)
 from diversed.data import get_task
 from diversed.metrics import QUALITY
-from diversed.weights import MATCH_TOLERANCE
 
 CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example", "speedup")
 METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "gate": 5, "diversed": 6}
 
 
-def setting_label(s: dict[str, Any]) -> str:
-    """A short human name of a method setting, e.g. 'static w=0.7 k=5 T=0'."""
+def setting_label(s: dict[str, Any], untrained: bool = False) -> str:
+    """A short human name of a method setting, e.g. 'static w=0.7 k=5 T=0'; a DIVERSED setting whose
+    head training left untrained is named for what it is, the static ensemble at w = 0.5."""
     method = s["method"]
+    if untrained:
+        return f"untrained head = static w=0.5 k={s['num_assistant_tokens']} T={s['temperature']:g}"
     parts = [method]
     if str(s.get("head", "")).startswith("oracle:"):  # a hand-made head is another method, not a source
         parts.append(s["head"])
@@ -98,10 +106,12 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
         score = json.loads(Path(path).read_text())
         task = get_task(score["dataset"])
         settings = score["settings"]
+        untrained = bool((score.get("head_check") or {}).get("untrained"))
         rows.append(
             {
                 "dataset": score["dataset"],
-                "setting": setting_label(settings),
+                "setting": setting_label(settings, untrained),
+                "untrained": untrained,
                 "head": head_source(settings),
                 "method": settings["method"],
                 "temperature": settings["temperature"],
@@ -123,6 +133,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "corpus_bleu": task.metric == "bleu",
                 "per_example": score.get("per_example", []),
                 "w_test": score.get("w_test"),
+                "head_check": score.get("head_check"),
                 **{f"{f}_ci": score.get(f"{f}_ci") for f in CI_FIGURES if f != "quality"},
             }
         )
@@ -145,151 +156,12 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
     return rows
 
 
-def aligned_columns(
-    row: dict[str, Any], others: Sequence[dict[str, Any]]
-) -> tuple[int, list[dict[str, Any]]] | None:
-    """The examples ``row`` and every one of ``others`` decoded: their number and each setting's
-    bootstrap columns over them in the same order (None when they share none), for paired figures."""
-    by_id = [{e["id"]: e for e in r["per_example"]} for r in others]
-    shared = [e for e in row["per_example"] if all(e["id"] in ids for ids in by_id)]
-    if not shared:
-        return None
-    return len(shared), [bootstrap.columns(shared)] + [
-        bootstrap.columns([ids[e["id"]] for e in shared]) for ids in by_id
-    ]
-
-
-def static_sweep(rows: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]]]:
-    """(w, row) of the static ensemble's sweep among ``rows``, by w; ``sd`` (v = p exactly) is its
-    w = 1 end at the same draft lengths when no static w = 1 ran, so w = 1 is never decoded twice."""
-    sweep = [(r["target_weight"], r) for r in rows if r["method"] == "static"]
-    lengths = {r["k"] for _, r in sweep}
-    if sweep and 1.0 not in {w for w, _ in sweep}:
-        sweep += [(1.0, r) for r in rows if r["method"] == "sd" and r["k"] in lengths]
-    return sorted(sweep, key=lambda pair: pair[0])
-
-
-def same_cell(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two settings whose rows are comparable: the same dataset, temperature and draft length."""
-    return (a["dataset"], a["temperature"], a["k"]) == (b["dataset"], b["temperature"], b["k"])
-
-
-def versus_static_frontier(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """A relaxed setting's quality minus the static frontier at its acceptance (the upper concave
-    envelope of every static point of its cell, sd and w = 0 included; :mod:`diversed.frontier`),
-    paired over the examples all of them decoded, with the 80%-power effect."""
-    if row["method"] in ("static", "auto", "sd") or not row["per_example"] or row["acceptance_rate"] is None:
-        return None
-    statics = [r for _, r in static_sweep([r for r in rows if same_cell(r, row) and r["per_example"]])]
-    aligned = aligned_columns(row, statics) if len(statics) >= 2 else None
-    if not aligned:
-        return None
-    n, (mine, *theirs) = aligned
-    corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
-    weights = ", ".join(f"{r['target_weight'] if r['method'] == 'static' else 1:g}" for r in statics)
-    return {"n": n, "static_w": weights, **frontier.above_frontier(mine, theirs, corpus)}
-
-
-def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The paper's second claim for a non-static setting: its quality minus the static sweep's
-    quality at the same acceptance (the line between the two weights of :func:`static_sweep` whose
-    acceptances bracket it; same dataset, temperature, k), on the examples all three decoded."""
-    if row["method"] in ("static", "auto", "sd") or not row["per_example"] or row["acceptance_rate"] is None:
-        return None
-    measured = [r for r in rows if r["per_example"] and r["acceptance_rate"] is not None]
-    comparable = [r for r in measured if same_cell(r, row)]
-    points = sorted(static_sweep(comparable), key=lambda pair: pair[1]["acceptance_rate"])
-    bracket = next(
-        (
-            (a, b)
-            for a, b in zip(points, points[1:], strict=False)
-            if a[1]["acceptance_rate"] <= row["acceptance_rate"] <= b[1]["acceptance_rate"]
-        ),
-        None,
-    )
-    aligned = aligned_columns(row, [r for _, r in bracket]) if bracket else None
-    if not aligned:
-        return None
-    corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
-    gap, interval = bootstrap.above_curve(*aligned[1], corpus_quality=corpus)
-    (low, _), (high, _) = bracket
-    return {
-        "between": f"static w={low:g}..{high:g}",
-        "gap": gap,
-        "gap_ci": interval,
-    }
-
-
-def versus_matched_static(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The direct comparator of a DIVERSED setting: it minus the static cell at the head's own mean w
-    on the test tokens it decoded (same dataset, temperature, k), paired over the examples both
-    decoded. At equal mean w the two differ only in where the weight goes, so this is the per-token
-    question itself; None when no such static cell ran."""
-    w = (row.get("w_test") or {}).get("w_mean")
-    if row["method"] != "diversed" or w is None or not row["per_example"]:
-        return None
-    matched = [
-        r
-        for r in rows
-        if r["method"] == "static"
-        and same_cell(r, row)
-        and r["per_example"]
-        and abs(r["target_weight"] - w) <= MATCH_TOLERANCE
-    ]
-    aligned = aligned_columns(row, matched[:1]) if matched else None
-    if not aligned:
-        return None
-    n, (mine, theirs) = aligned
-    corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
-    differences = bootstrap.paired_differences(mine, theirs, ("quality", "acceptance_rate"), corpus)
-    return {"w": matched[0]["target_weight"], "n": n, **differences}
-
-
 def effect_80(interval: list[float] | None) -> str:
     """The smallest true difference a paired comparison detects with 80% power (two-sided 5%),
     from its 95% interval: (z_0.975 + z_0.8) standard errors, about 1.43 half-widths."""
     if not interval:
         return "--"
     return f"{frontier.POWER_FACTOR * (interval[1] - interval[0]) / (2 * 1.959964):.3g}"
-
-
-def speedup_over(auto: dict[str, Any], row: dict[str, Any]) -> tuple[float | None, list[float] | None]:
-    """Latency speed-up of ``row`` over ``auto``, paired over the examples both decoded at batch 1,
-    with its bootstrap interval; (None, None) below ``bootstrap.MIN_LATENCY`` such examples."""
-    aligned = aligned_columns(row, [auto]) if row["per_example"] and auto["per_example"] else None
-    if not aligned:
-        return None, None
-    _, (mine, theirs) = aligned
-    point, interval, _ = bootstrap.paired_speedup(theirs, mine)
-    return point, interval
-
-
-def paired_vs_sd(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """This setting minus ``sd`` (same dataset, temperature, draft length; for ``auto`` the
-    smallest k) on the examples both decoded, with paired bootstrap intervals."""
-    if row["method"] == "sd" or not row["per_example"]:
-        return None
-    candidates = sorted(
-        (
-            r
-            for r in rows
-            if r["method"] == "sd"
-            and r["dataset"] == row["dataset"]
-            and r["temperature"] == row["temperature"]
-            and (r["k"] == row["k"] or row["method"] == "auto")
-            and r["per_example"]
-        ),
-        key=lambda r: r["k"],
-    )
-    if not candidates:
-        return None
-    aligned = aligned_columns(row, candidates[:1])
-    if not aligned:
-        return None
-    n, (mine, theirs) = aligned
-    corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
-    names = ("quality", "acceptance_rate") if row["method"] != "auto" else ("quality",)
-    return {"n": n, **bootstrap.paired_differences(mine, theirs, names, corpus)}
 
 
 def _cell(value: float | None, interval: list[float] | None) -> str:
@@ -426,6 +298,7 @@ def weights_table(rows: list[dict[str, Any]]):
             line[f"w {kind} (n)"] = f"{mean:.3f} ({figures['n']})" if mean is not None else "-"
         for key in ("corr_tv", "corr_entropy"):
             line[key] = None if w[key] is None else round(w[key], 3)
+        line["on-policy check vs static at its own w"] = (r.get("head_check") or {}).get("verdict") or "--"
         lines.append(line)
     return pd.DataFrame(lines)
 

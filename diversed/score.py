@@ -173,6 +173,7 @@ def score_file(
         **({"w_test": weights} if (weights := weight_statistics(records)) else {}),
         "settings": records[0].get("settings", {}),
         "commit": {"score": commit(), "decode": sorted({r.get("commit", "not recorded") for r in records})},
+        **({"head_check": records[0]["head_check"]} if "head_check" in records[0] else {}),
         **({"sandbox": sandbox} if get_task(dataset).metric == "pass@1" else {}),
         "per_example": examples,
     }

@@ -168,15 +168,18 @@ def test_head_rounds_chain_and_the_diversed_cell_uses_the_last(workdir):
     card = json.loads((heads / "s42" / "r2" / "head.json").read_text())
     assert card["init"] == "results/heads/mbpp/s42/r1" and len(card["traces"]) == 2
     assert card["selection"]["chosen"] in card["selection"]["candidates"]
-    assert card["check"]["kept"] in ("candidate", "start") and "rule" in card["check"]  # checked on-policy
+    check = card["check"]  # checked on-policy against the static rule at its own mean w, and kept
+    assert "verdict" in check and (check["rollouts"] == 4 or card["untrained"])  # 2 prompts x 1 x 2 arms
     assert {"w_mean", "w_std", "w_below_0.1", "w_above_0.9"} <= set(card["metrics"])
     assert (heads / "s42" / "r2" / "w_histogram.png").stat().st_size > 0
     second = json.loads((workdir / "results" / "traces" / "mbpp" / "r2" / "manifest.json").read_text())
     assert second["settings"]["head"] == "results/heads/mbpp/s42/r1"  # round 2 sampled from round 1's head
     decoded = json.loads((workdir / "results" / "scores" / "humaneval" / "diversed-k3-T0.json").read_text())
     assert decoded["settings"]["head"] == "results/heads/mbpp/s42/r2"
+    assert decoded["head_check"] == {"untrained": card["untrained"], "verdict": check["verdict"]}
     table = (workdir / "results/tables/main.md").read_text()
-    assert "| diversed s42 k=3 T=0 " in table and "DIVERSED heads learned on: humaneval <- mbpp" in table
+    label = "untrained head = static w=0.5" if card["untrained"] else "diversed s42"
+    assert f"| {label} k=3 T=0 " in table and "DIVERSED heads learned on: humaneval <- mbpp" in table
 
 
 def test_second_run_has_nothing_to_do(workdir):

@@ -49,7 +49,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
         cfg,
         args.reg_lambda,
         args.validation_share,
-        args.tolerance,
+        args.acceptance_value,
         args.init,
         log_step=log_step,
         progress=not args.quiet,
@@ -70,7 +70,6 @@ def cmd_check_head(args: argparse.Namespace) -> int:
         args.out,
         args.traces,
         from_args(CheckJob, args, sandbox=parse_mode(args.sandbox)),
-        args.start,
         args.log,
         args.data_dir,
         not args.no_hub,
@@ -169,17 +168,17 @@ def add_train_head(sub: argparse._SubParsersAction) -> None:
         help="share of the trace prompts held out to choose lambda and the epoch (0.25)",
     )
     tr.add_argument(
-        "--tolerance",
+        "--acceptance-value",
         type=float,
-        default=0.02,
-        help="non-inferiority margin in reward units: the chosen checkpoint's reward change against the "
-        "starting head must have a lower confidence bound >= -this on validation (0.02)",
+        default=1.0,
+        help="reward units one unit of acceptance is worth: checkpoints are ranked by validation reward gain"
+        " + this x validation acceptance (1.0)",
     )
     tr.add_argument(
         "--confidence",
         type=float,
         default=0.95,
-        help="one-sided confidence of that bound, prompts as the unit (0.95)",
+        help="one-sided confidence of the reward bounds each checkpoint's card reports (0.95)",
     )
     tr.add_argument("--hidden", type=int, default=0, help="MLP width; 0 = the paper's linear head (0)")
     tr.add_argument("--seed", type=int, default=42, help="seed (42)")
@@ -191,30 +190,28 @@ def add_train_head(sub: argparse._SubParsersAction) -> None:
 def add_check_head(sub: argparse._SubParsersAction) -> None:
     ch = sub.add_parser(
         "check-head",
-        help="roll out held-out train prompts under a trained head and its starting head; keep the head only"
-        " if its reward and acceptance hold up on-policy",
+        help="roll out held-out train prompts under a trained head and under the static rule at its own"
+        " mean w (same seeds); keep the head with the verdict in its card",
     )
     add_model_flags(ch, draft_required=True)
     ch.add_argument("--candidate", required=True, help="the head folder train-head wrote")
     ch.add_argument(
         "--traces", required=True, nargs="+", help="its trace folders: their prompts are never checked on"
     )
-    ch.add_argument("--start", help="the head the round started from (default: the untrained one, w = 0.5)")
-    ch.add_argument("--out", required=True, help="folder for the kept head (the candidate's, or the start's)")
+    ch.add_argument("--out", required=True, help="folder for the kept head, its card carrying the verdict")
     ch.add_argument("--log", help="rollouts, JSON lines, to resume from (default: OUT.check.jsonl)")
     ch.add_argument("--dataset", required=True, help="the traces' task")
     ch.add_argument("--split", default="train", help="split of the held-out prompts (train)")
-    ch.add_argument("--n-examples", type=int, default=16, help="held-out prompts (16)")
-    ch.add_argument("--rollouts", type=int, default=2, help="samples of each prompt under each head (2)")
+    ch.add_argument("--n-examples", type=int, default=16, help="held-out prompts (16); 0: no check")
+    ch.add_argument("--rollouts", type=int, default=2, help="samples of each prompt under each arm (2)")
     ch.add_argument("--max-new-tokens", type=int, default=128, help="tokens per rollout (128)")
     ch.add_argument("--temperature", type=float, default=1.0, help="sampling temperature, > 0 (1.0)")
     ch.add_argument("--draft-length", type=int, default=4, help="tokens drafted per block (4)")
     ch.add_argument("--chat", action="store_true", help="wrap prompts in the chat template")
     ch.add_argument("--seed", type=int, default=1042, help="orders the split and seeds the rollouts (1042)")
     ch.add_argument(
-        "--tolerance", type=float, default=0.02, help="non-inferiority margin in reward units (0.02)"
+        "--confidence", type=float, default=0.95, help="two-sided confidence of the intervals (0.95)"
     )
-    ch.add_argument("--confidence", type=float, default=0.95, help="one-sided confidence of the bound (0.95)")
     ch.add_argument("--batch-size", type=int, default=4, help="rollouts decoded together (4)")
     ch.add_argument(
         "--partial-credit", action="store_true", help="code rewards as the share of asserts passed"
@@ -223,7 +220,7 @@ def add_check_head(sub: argparse._SubParsersAction) -> None:
         "--acceptance-value",
         type=float,
         default=1.0,
-        help="reward units one unit of acceptance is worth in the check's objective J (1.0)",
+        help="reward units one unit of acceptance is worth in the verdict's J (1.0)",
     )
     add_sandbox_flag(ch)
     add_data_flags(ch)

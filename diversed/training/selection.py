@@ -9,21 +9,17 @@ expected reward when its tokens come from the head's mixture instead of the beha
 units (pass-rate points for pass/fail tasks): per sequence (sum_t (r_t - 1)) (R - b), the linear term
 of (prod_t r_t - 1) R, averaged per prompt, then over prompts. Because E_mu[r_t] = 1 it is unbiased
 for any constant b; b is the train mean reward, the constant that keeps its variance low.
-The rule is a non-inferiority test against the starting head, with the prompt as the unit: a
-checkpoint is eligible when the one-sided ``confidence`` lower bound of its gain minus the starting
-head's (paired over the same prompts) is at least ``-tolerance``; the chosen one has the highest
-validation acceptance among the eligible. The starting head always is (a zero difference with zero
-spread), so there is always a choice, and a move the held-out prompts cannot vouch for is not made.
-Why a bound, not the point estimate: the spread of the estimate grows with how far the head moves
-from the behaviour. On the embedded default's second round (8 validation prompts) the collapsed
-checkpoints (w ~ 0.008) had point estimates of +0.03 to +0.10 pass rate, which a point-estimate rule
-took, and lower bounds of -0.11 to -0.14, which this one refuses.
-Beside the rule, each checkpoint is also scored against its *static comparator*, the constant head
-at its own validation mean w (``val_reward_vs_static``, ``val_acceptance_vs_static``): the same
-mean weight spent uniformly. That is the paper's per-token question asked on validation prompts
-(the test cells ask it of the static cell at the head's mean w on its decoded test tokens); the rule
-does not use it yet, but a head the start beats or matches can still be told from one that only
-moved along the static line.
+The rule ranks the trained checkpoints by their validation objective, the same trade the check
+and the training make: ``val_objective`` = ``val_reward_gain`` + ``acceptance_value`` x
+``val_acceptance`` (reward units), and takes the highest. The starting head is scored too, for
+reference, but never chosen: an untrained head is the static ensemble at w = 0.5, which the static
+sweep already covers, so the workflow always keeps a trained head and lets its on-policy check
+(:mod:`diversed.training.check`) say whether it beats the static rule at its own mean w. Each
+checkpoint is also scored against that *static comparator* off-policy here, the constant head at
+its own validation mean w (``val_reward_vs_static``, ``val_acceptance_vs_static``), and against the
+start (``val_reward_vs_start`` with its one-sided lower bound), so the card shows how far each move
+is vouched for. (An earlier rule took the highest acceptance among checkpoints whose reward bound
+against the start held; it kept the untrained start in every run of every config.)
 When every training sequence has the same reward there is nothing to learn (with A = R - 1 an
 all-failed set still has |A| = 1, so S would let the acceptance term act alone): the starting head
 is kept.
@@ -139,10 +135,13 @@ def split_by_prompt(
     return train, [t for t in trajectories if _prompt(t) in held]
 
 
-def choose(candidates: Sequence[dict[str, Any]], tolerance: float) -> int:
+def choose(candidates: Sequence[dict[str, Any]], acceptance_value: float = 1.0) -> int:
     """Index of the checkpoint the selection rule of the module docstring picks: the highest
-    validation acceptance among those whose lower bound on the reward change against the starting
-    head (candidate 0, always eligible) is at least ``-tolerance``."""
-    lows = [c["val_reward_vs_start_low"] for c in candidates]
-    eligible = [i for i, low in enumerate(lows) if i == 0 or (low is not None and low >= -tolerance)]
-    return max(eligible, key=lambda i: (candidates[i]["val_acceptance"], lows[i]))
+    validation objective among the trained ones (candidate 0, the start, only when it is alone);
+    each candidate gets its ``val_objective``."""
+    for candidate in candidates:
+        candidate["val_objective"] = (
+            candidate["val_reward_gain"] + acceptance_value * candidate["val_acceptance"]
+        )
+    trained = range(1, len(candidates)) if len(candidates) > 1 else range(1)
+    return max(trained, key=lambda i: candidates[i]["val_objective"])

@@ -143,7 +143,7 @@ def select_head(
     cfg: TrainConfig,
     lambdas: Sequence[float],
     validation_share: float = 0.25,
-    tolerance: float = 0.0,
+    acceptance_value: float = 1.0,
     init: EnsembleHead | None = None,
     log_path: Path | None = None,
     log_step: LogStep | None = None,
@@ -152,9 +152,10 @@ def select_head(
 ) -> tuple[EnsembleHead, dict[str, Any], dict[float, EnsembleHead]]:
     """Train one head per lambda on the train prompts, score every epoch and the starting head
     (``init``, the previous round's, else the fresh one) on the validation prompts, and return the
-    chosen checkpoint with a record of every candidate, and each lambda's last epoch (the finalists
-    an on-policy check may choose among, :mod:`diversed.training.check`). Without validation
-    prompts (too few) the last epoch of the first lambda is taken, and the record says so."""
+    chosen checkpoint (the trained one with the highest validation objective, :func:`choose`) with
+    a record of every candidate, and each lambda's last epoch (the finalists a study may decode).
+    Without validation prompts (too few) the last epoch of the first lambda is taken, and the
+    record says so; without reward information nothing is trained, and the start is returned."""
     train, validation = split_by_prompt(trajectories, validation_share, cfg.seed)
     baseline_kind = resolve_baseline(cfg.baseline, trajectories)
     mean_reward = sum(t.reward for t in train) / len(train)
@@ -193,10 +194,10 @@ def select_head(
                 first_step=first,
             )
         if validation:
-            index = choose(candidates, tolerance)
+            index = choose(candidates, acceptance_value)
             rule = (
-                f"max val_acceptance among checkpoints whose reward change against the starting head has a "
-                f"{confidence:g} lower bound >= {-tolerance:g} ({len(start_gains)} validation prompts)"
+                f"the trained checkpoint with the highest val_objective = val_reward_gain + "
+                f"{acceptance_value:g} x val_acceptance ({len(start_gains)} validation prompts)"
             )
         else:
             index = cfg.epochs  # candidates: the starting head, then each lambda's epochs in order
@@ -220,7 +221,7 @@ def train_from_traces(
     cfg: TrainConfig,
     lambdas: Sequence[float] | None = None,
     validation_share: float = 0.25,
-    tolerance: float = 0.0,
+    acceptance_value: float = 1.0,
     init: str | Path | None = None,
     log_step: LogStep | None = None,
     progress: bool = True,
@@ -250,7 +251,7 @@ def train_from_traces(
         cfg,
         lambdas or [cfg.reg_lambda],
         validation_share,
-        tolerance,
+        acceptance_value,
         start,
         out_dir / "train_log.jsonl",
         log_step,
@@ -271,6 +272,7 @@ def train_from_traces(
         "training": asdict(trained) if trained else {**asdict(cfg), "reg_lambda": None, "epochs_trained": 0},
         "training_hash": trained.config_hash() if trained else None,
         "selection": selection,
+        "untrained": trained is None,  # the start: w = 0.5 everywhere, i.e. static w = 0.5
         "metrics": {**weights["metrics"], **selection["chosen"]},
         "w_histogram": weights["w_histogram"],
         "sequences": len(trajectories),

@@ -1,8 +1,9 @@
 # Stage 4: train one DIVERSED ensemble head per training dataset and round on the traces so far
 # (cheap; no LM runs). Round r starts from round r - 1's head; lambda and the epoch are chosen on
-# validation prompts held out of the traces (never the test split). That choice and each lambda's
-# last epoch are then checked on-policy: held-out train prompts rolled out under each and under the
-# round's starting head; the best that holds up is kept (diversed/training/check.py), else the start.
+# validation prompts held out of the traces (never the test split), by the validation objective.
+# The chosen head is then checked on-policy against the static rule at its own mean w (held-out
+# train prompts, the same seeds in both arms) and kept with that verdict in its card
+# (diversed/training/check.py); the report prints the verdict beside the head.
 
 
 rule train_head:
@@ -21,7 +22,7 @@ rule train_head:
         reg_scale=HEAD["reg_scale"],
         baseline=HEAD["baseline"],
         validation_share=HEAD["validation_share"],
-        tolerance=HEAD["select_tolerance"],
+        value=HEAD["check_acceptance_value"],
         confidence=HEAD["select_confidence"],
         seed=lambda w: int(w.seed),
         device=MODELS["device"],
@@ -35,7 +36,7 @@ rule train_head:
         " --device {params.device}"
         " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr}"
         " --reg-lambda {params.reg_lambda} --reg-scale {params.reg_scale} --baseline {params.baseline}"
-        " --validation-share {params.validation_share} --tolerance {params.tolerance}"
+        " --validation-share {params.validation_share} --acceptance-value {params.value}"
         " --confidence {params.confidence}"
         " --seed {params.seed} --quiet > {log} 2>&1"
 
@@ -44,12 +45,10 @@ rule check_head:
     input:
         candidate="results/candidates/{train_dataset}/s{seed}/r{round}",
         traces=lambda w: [f"results/traces/{w.train_dataset}/r{r}.done" for r in range(1, int(w.round) + 1)],
-        start=previous_head,
     output:
         head=directory("results/heads/{train_dataset}/s{seed}/r{round}"),
     params:
         traces=lambda w, input: " ".join(t.removesuffix(".done") for t in input.traces),
-        start=lambda w, input: f"--start {input.start[0]}" if input.start else "",
         models=model_flags(),
         dataset=lambda w: head_source(w.train_dataset)[0],
         split=lambda w: head_source(w.train_dataset)[1],
@@ -61,7 +60,6 @@ rule check_head:
         temperature=HEAD["temperature"],
         draft_length=HEAD["draft_length"],
         batch_size=HEAD["batch_size"],
-        tolerance=HEAD["select_tolerance"],
         confidence=HEAD["select_confidence"],
         seed=lambda w: int(w.seed) + 1000 + int(w.round),
         flags=data_flags(),
@@ -73,9 +71,9 @@ rule check_head:
         "results/logs/heads/{train_dataset}/s{seed}/r{round}.log",
     shell:
         "({OFFLINE} diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
-        " {params.start} --out {output.head} --log results/checks/{wildcards.train_dataset}/s{wildcards.seed}/r{wildcards.round}.jsonl"
+        " --out {output.head} --log results/checks/{wildcards.train_dataset}/s{wildcards.seed}/r{wildcards.round}.jsonl"
         " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
         " {params.partial} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
-        " --draft-length {params.draft_length} --batch-size {params.batch_size} --tolerance {params.tolerance}"
+        " --draft-length {params.draft_length} --batch-size {params.batch_size}"
         " --confidence {params.confidence} --acceptance-value {params.value} --seed {params.seed}"
         " {params.models} --sandbox {SANDBOX} {params.flags}) > {log} 2>&1"
