@@ -246,3 +246,52 @@ def test_doctor_reports_each_local_split_it_finds(cnndm_dir, capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if "dataset cnndm" in x)
     held = {s: len((cnndm_dir / "cnndm" / f"{s}.jsonl").read_text().splitlines()) for s in ("test", "train")}
     assert line.endswith(f"local: test {held['test']}, train {held['train']}")
+
+
+def test_resolution_never_calls_the_network_and_honours_the_offline_switches(tmp_path, monkeypatch):
+    """The workflow resolves datasets at every parse (inside every cluster job too): local files,
+    the datasets cache and HF_HUB_OFFLINE decide, and a split only the hub has is fetched once,
+    later, by `data status --fetch`."""
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("resolve() opened a connection")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "HF_DATASETS_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    assert resolve("gsm8k", "test", tmp_path / "no-data") == "hub"
+    assert resolve("gsm8k", "test", tmp_path / "no-data", allow_hub=False) == "missing"
+    cached = tmp_path / "hf" / "datasets" / "openai___gsm8k" / "main"
+    cached.mkdir(parents=True)
+    (cached / "0.0.0").mkdir()
+    assert resolve("gsm8k", "test", tmp_path / "no-data") == "cached"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert resolve("cnndm", "test", tmp_path / "no-data") == "missing"  # offline and not cached
+    assert resolve("gsm8k", "test", tmp_path / "no-data") == "cached"
+
+
+def test_a_dataset_that_cannot_be_had_stops_data_status_in_one_line(tmp_path, monkeypatch, capsys):
+    from diversed.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    with pytest.raises(SystemExit) as stop:
+        main(
+            [
+                "data",
+                "status",
+                "--datasets",
+                "gsm8k",
+                "humaneval",
+                "--fetch",
+                "--missing",
+                "error",
+                "--data-dir",
+                str(tmp_path),
+            ]
+        )
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "datasets that cannot be had: gsm8k " in err
