@@ -59,6 +59,7 @@ class DecodeJob:
     head: str | None = None
     quantize: str = "none"
     draft_transform: str | None = None  # a positive control's damaged draft (diversed.control)
+    stop: str = "paper"  # where completions stop (diversed.data.tasks.STOPS)
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=1)
@@ -73,6 +74,8 @@ class DecodeJob:
             del config["gate"], config["gate_threshold"]
         if (digest := head_sha256(self.head)) is not None:  # the head's bytes, not only its folder
             quantized["head_sha256"] = digest
+        if self.stop != "paper":
+            quantized["stop"] = self.stop
         return {
             "dataset": self.dataset,
             "split": self.split,
@@ -197,7 +200,7 @@ def run_decode(
     prefix = shared_prefix(tokenizer, todo[0][1].prefix, job.chat, prompts.values()) if prefix_cache else None
     if prefix:
         print(f"{job.dataset}: {len(prefix)} shared prompt tokens, prefilled once per model", file=sys.stderr)
-    decoder = stack.decoder(job.config, task.stop_strings, prefix=prefix, step=step)
+    decoder = stack.decoder(job.config, task.stops(job.stop), prefix=prefix, step=step)
     settings, digest, code = job.settings(), job.settings_hash(), commit()
     where = device_name(device)
     status = head_check(job.head)
@@ -238,6 +241,7 @@ def run_decode(
                     "prefix_cache": prefix_cache,
                     "step": step,
                     "device": where,
+                    "stop": job.stop,
                     "settings": settings,
                     "settings_hash": digest,
                     "commit": code,

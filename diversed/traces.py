@@ -57,6 +57,7 @@ class TraceJob:
     draft_transform: str | None = None  # a positive control's damaged draft (diversed.control)
     partial_credit: bool = False  # code rewards: the share of asserts passed (task_reward)
     sandbox: str = "isolated"  # how code rewards run generated code (diversed.sandbox.MODES)
+    stop: str = "paper"  # where rollouts stop (diversed.data.tasks.STOPS): no reward for text after it
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=1)
@@ -77,6 +78,7 @@ class TraceJob:
             ("draft_transform", None),
             ("partial_credit", False),
             ("sandbox", "isolated"),
+            ("stop", "paper"),
         )
         for name, default in named_when_used:
             if values[name] == default:  # named only when used: traces collected before stay valid
@@ -247,7 +249,9 @@ def collect_traces(
     )
     bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not progress)
     for name, weight in behaviours:
-        decoder = stack.decoder(behaviour_config(job, weight), task.stop_strings, traces=True, prefix=prefix)
+        decoder = stack.decoder(
+            behaviour_config(job, weight), task.stops(job.stop), traces=True, prefix=prefix
+        )
         mine = [item for item in todo if item[1] == name]
         for first in range(0, len(mine), batch_size):
             batch = mine[first : first + batch_size]

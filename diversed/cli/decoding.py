@@ -15,6 +15,7 @@ from diversed.cli.flags import (
     add_model_flags,
     add_prefix_flag,
     add_step_flag,
+    add_stop_flag,
     check_method_inputs,
     check_step_device,
     decode_config,
@@ -189,6 +190,7 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
         help="decode the job's first N examples one at a time: their timings are its seconds per example (0)",
     )
     add_prefix_flag(dec)
+    add_stop_flag(dec)
     add_data_flags(dec)
     dec.set_defaults(func=cmd_decode)
 

@@ -153,3 +153,16 @@ def add_sandbox_flag(parser: argparse.ArgumentParser) -> None:
         " rlimits opts in to running it with resource limits alone on a machine that cannot isolate,"
         " and every record says so",
     )
+
+
+def add_stop_flag(parser: argparse.ArgumentParser) -> None:
+    from diversed.data.tasks import STOPS
+
+    parser.add_argument(
+        "--stop",
+        choices=STOPS,
+        default="paper",
+        help="where completions stop besides the models' end-of-sequence ids: paper (default: the task's"
+        " markers, as the original experiments) or lm-eval (also at </s>, <|im_end|>, <|endoftext|>, as"
+        " lm-evaluation-harness stops GSM8K); every record states it",
+    )

@@ -12,6 +12,7 @@ from diversed.cli.flags import (
     add_model_flags,
     add_prefix_flag,
     add_sandbox_flag,
+    add_stop_flag,
     from_args,
 )
 from diversed.sandbox import parse_mode
@@ -127,6 +128,7 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
     )
     add_prefix_flag(col)
     add_sandbox_flag(col)
+    add_stop_flag(col)
     add_data_flags(col)
     col.set_defaults(func=cmd_collect_traces)
 
@@ -223,5 +225,6 @@ def add_check_head(sub: argparse._SubParsersAction) -> None:
         help="reward units one unit of acceptance is worth in the verdict's J (1.0)",
     )
     add_sandbox_flag(ch)
+    add_stop_flag(ch)
     add_data_flags(ch)
     ch.set_defaults(func=cmd_check_head)

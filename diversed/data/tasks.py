@@ -14,6 +14,12 @@ from typing import Any
 from diversed.data.sources import DataError, HubSource
 
 Record = dict[str, Any]
+# Where a completion stops, besides the model's end-of-sequence ids. "paper": at the task's own
+# markers (the original experiments). "lm-eval": also at the end-of-text and end-of-turn texts the
+# lm-evaluation-harness stops GSM8K at ("</s>", "<|im_end|>", and the tokenizer's EOS, which for a
+# base Qwen model is "<|endoftext|>"), so a base model that ends its answer and starts another
+# document stops there instead of writing to the token budget.
+STOPS = ("paper", "lm-eval")
 
 
 def _cut(text: str, markers: tuple[str, ...]) -> str:
@@ -36,7 +42,14 @@ class Task:
     hub: HubSource | None = None
     metric: str = ""  # "accuracy", "rouge", "bleu" or "pass@1"
     stop_strings: tuple[str, ...] = ()
+    lm_eval_ends: tuple[str, ...] = ()  # the extra stops of the "lm-eval" protocol (STOPS)
     fewshot_split: str | None = None
+
+    def stops(self, protocol: str = "paper") -> tuple[str, ...]:
+        """The texts a completion stops at under ``protocol`` (one of :data:`STOPS`)."""
+        if protocol not in STOPS:
+            raise DataError(f"stop: {protocol!r} is not one of {', '.join(STOPS)}")
+        return self.stop_strings + (self.lm_eval_ends if protocol == "lm-eval" else ())
 
     def example_id(self, record: Record, index: int) -> str:
         return str(index)
@@ -68,6 +81,7 @@ class GSM8K(Task):
     hub = HubSource("openai/gsm8k", "main", {"test": "test", "train": "train"})
     metric = "accuracy"
     stop_strings = ("Question:",)
+    lm_eval_ends = ("</s>", "<|im_end|>", "<|endoftext|>")
     fewshot_split = "train"
     # The paper's four worked examples, identified by how their question starts (GSM8K has no ids).
     SHOTS = (

@@ -69,6 +69,7 @@ class CheckJob:
     partial_credit: bool = False  # the reward the head was trained on (traces.task_reward)
     acceptance_value: float = 1.0  # reward units one unit of acceptance is worth in J
     sandbox: str = "isolated"  # how code rewards run generated code (diversed.sandbox.MODES)
+    stop: str = "paper"  # where rollouts stop (diversed.data.tasks.STOPS)
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=0)  # 0: not checked
@@ -153,7 +154,8 @@ def verdict(
 
 def _heads_digest(heads: dict[str, EnsembleHead], job: CheckJob) -> str:
     """What the log's rollouts depend on: every arm's name and weights, and the job's settings."""
-    fields = {k: v for k, v in asdict(job).items() if not (k == "sandbox" and v == "isolated")}
+    defaults = {"sandbox": "isolated", "stop": "paper"}  # named when used: logs from before stay valid
+    fields = {k: v for k, v in asdict(job).items() if defaults.get(k, object()) != v}
     digest = hashlib.sha256(json.dumps(fields, sort_keys=True).encode())  # logs from before it stay valid
     for arm, head in sorted(heads.items()):
         digest.update(arm.encode())
@@ -222,7 +224,9 @@ class Rollouts:
                 "max_new_tokens": job.max_new_tokens,
             }
         )
-        decoder = stack.decoder(config, task.stop_strings, head=head.to(stack.target.device), prefix=prefix)
+        decoder = stack.decoder(
+            config, task.stops(job.stop), head=head.to(stack.target.device), prefix=prefix
+        )
         rows = []
         with self.log.open("a", encoding="utf-8") as sink:
             for first in range(0, len(todo), self.batch_size):

@@ -146,9 +146,10 @@ def data_flags():
 def model_flags():
     """The flags every command that runs the pair shares: models, device, dtype, weights, prompts."""
     chat = " --chat" if DATA["chat"] else ""
+    stop = f" --stop {DATA['stop']}" if DATA["stop"] != "paper" else ""
     return (
         f"--target {MODELS['target']} --draft {MODELS['draft']} {transform_flag()} --device {MODELS['device']}"
-        f" --dtype {MODELS['dtype']} --quantize {MODELS['quantize']}{chat}"
+        f" --dtype {MODELS['dtype']} --quantize {MODELS['quantize']}{chat}{stop}"
     )
 
 
