@@ -9,6 +9,7 @@ against the same rules as the CLI, with the entry named.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -56,3 +57,29 @@ def validate_config(config: dict[str, Any], schema_path: str | Path) -> None:
             allowed = ", ".join(error.schema["properties"])
             raise ConfigError(f"{where(path)}: unknown key (allowed: {allowed})")
         raise ConfigError(f"{where(path)}: {error.message}")
+
+
+def reference(schema_path: str | Path) -> str:
+    """``config/README.md``: every key of the workflow's config, its type, default and meaning, from
+    the schema itself (a test keeps the file equal to this, so it cannot go stale)."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    lines = [
+        "# The workflow's configuration",
+        "",
+        "Generated from `workflow/schemas/config.schema.yaml` by `diversed.workflow_config.reference`",
+        "(`tests/test_cluster_path.py` checks that this file is current). `config/config.yaml` is the",
+        "laptop default, read only when no `--configfile` is given; any other config file stands alone,",
+        "what it leaves out taking the defaults below. A decoding setting of `decode.grid` takes the",
+        "CLI's knobs (`diversed decode --help`).",
+    ]
+    for section, spec in schema["properties"].items():
+        lines += ["", f"## `{section}`", "", "| key | type | default | meaning |", "|---|---|---|---|"]
+        for key, sub in spec.get("properties", {}).items():
+            kind = sub.get("type", "one of the forms below" if "oneOf" in sub else "")
+            if "enum" in sub:
+                kind = " \\| ".join(f"`{v}`" for v in sub["enum"] if v is not None) or kind
+            kind = " or ".join(kind) if isinstance(kind, list) else kind
+            default = f"`{json.dumps(sub['default'])}`" if "default" in sub else "required"
+            meaning = " ".join(str(sub.get("description", "")).split()).replace("|", "\\|")
+            lines.append(f"| `{section}.{key}` | {kind} | {default} | {meaning} |")
+    return "\n".join(lines) + "\n"

@@ -204,3 +204,17 @@ def test_several_gpus_per_job_are_refused_in_one_line():
     config["resources"]["gpu"] = 2
     with pytest.raises(ConfigError, match=r"^resources\.gpu: 2 is greater than the maximum of 1$"):
         validate_config(config, SCHEMA)
+
+
+def test_config_readme_documents_every_key_as_the_schema_says():
+    from diversed.workflow_config import reference
+
+    expected = reference(SCHEMA)
+    assert (REPO / "config" / "README.md").read_text() == expected, (
+        'config/README.md is stale: python -c "from diversed.workflow_config import reference;'
+        " open('config/README.md', 'w').write(reference('workflow/schemas/config.schema.yaml'))\""
+    )
+    schema = yaml.safe_load(SCHEMA.read_text())
+    for section, spec in schema["properties"].items():
+        for key, sub in spec.get("properties", {}).items():
+            assert sub.get("description"), f"{section}.{key} has no description"
