@@ -5,7 +5,8 @@ may be lists, which are swept; every entry is crossed with the configured draft 
 temperatures, unless it names its own ``temperature`` (a value or a list), which then replaces them.
 An entry may also name its own ``n_examples`` (a workflow key, not a decoding one: it is not among
 its flags), e.g. fewer examples for secondary cells of a study, a ``diversed`` entry its own
-``head`` (a hand-made one such as ``oracle:digits`` instead of the trained head), and a ``static``
+``head`` (a hand-made one such as ``oracle:digits``, or a head folder with a ``label`` that names
+its cell, instead of the trained head), and a ``static``
 entry ``matched_to: diversed``: its w is then the mean weight the trained head put on the tokens of
 the ``diversed`` cell with the same draft length and temperature (the head's direct comparator).
 With several head seeds (``head_seeds``), every entry that uses the trained head (``diversed``
@@ -40,14 +41,16 @@ ABBREVIATIONS = {
     "top_p": "topp",
 }
 # Grid-entry keys that belong to the workflow, not to the decoding setting.
-WORKFLOW_KEYS = ("n_examples", "head", "matched_to", "head_seed")
+WORKFLOW_KEYS = ("n_examples", "head", "label", "matched_to", "head_seed")
 
 
 def _name(values: dict[str, Any]) -> str:
     parts = [values["method"]]
     if "head_seed" in values:
         parts.append(f"s{values['head_seed']}")
-    if "head" in values:
+    if "label" in values:
+        parts.append(values["label"])
+    elif "head" in values:
         parts.append(values["head"].replace(":", "-"))
     if "matched_to" in values:
         parts.append(f"matched-{values['matched_to']}")
@@ -103,6 +106,8 @@ def _expand_entry(
                 values["num_assistant_tokens"] = k
             values["method"] = method.value
             DecodeConfig.from_dict({**common, **values})  # raises ConfigError naming the key
+            if "head" in own_keys and ":" not in own_keys["head"] and "label" not in own_keys:
+                raise ConfigError(f"head: a head folder ({own_keys['head']}) needs a label to name its cell")
             if own_keys.get("matched_to") not in (None, "diversed") or (
                 "matched_to" in own_keys and method is not Method.STATIC
             ):

@@ -66,3 +66,18 @@ def test_several_head_seeds_make_one_setting_per_seed_for_what_uses_the_trained_
         expand(grid, [4], [1.0], {"max_new_tokens": 8}, head_seeds=[1]).keys()
         == expand(grid, [4], [1.0], {"max_new_tokens": 8}).keys()
     )  # one seed: the names of before
+
+
+def test_a_diversed_entry_may_decode_a_head_folder_of_its_own_named_by_its_label():
+    """Studies decode committed heads through the workflow: the folder is the head, the label names
+    the cell (a path has no place in a file name), and a folder without a label is refused."""
+    entry = {"method": "diversed", "head": "docs/results/natural/heads/gsm8k/s1", "label": "committed-s1"}
+    settings = expand([entry], [4], [1.0], {})
+    assert list(settings) == ["diversed-committed-s1-k4-T1"]
+    assert settings["diversed-committed-s1-k4-T1"]["head"] == entry["head"]
+    assert "--head" not in cli_flags(settings["diversed-committed-s1-k4-T1"])  # the rule passes it
+    with pytest.raises(ConfigError, match="needs a label"):
+        expand([{"method": "diversed", "head": "heads/x"}], [4], [1.0], {})
+    assert list(expand([{"method": "diversed", "head": "oracle:digits"}], [4], [1.0], {})) == [
+        "diversed-oracle-digits-k4-T1"
+    ]

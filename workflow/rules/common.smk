@@ -180,6 +180,9 @@ def decode_inputs(wildcards):
     inputs = {"models": "results/models/ready.json", "data": "results/data/status.json"}
     if "matched_to" in SETTINGS[wildcards.setting]:
         inputs["matched"] = f"results/decode/{wildcards.dataset}/{matched_cell(wildcards.setting)}.jsonl"
+    own = SETTINGS[wildcards.setting].get("head")
+    if own and ":" not in own:  # a head folder of its own: rerun when it changes
+        inputs["own_head"] = own
     if SETTINGS[wildcards.setting]["method"] == "diversed" and "head" not in SETTINGS[wildcards.setting]:
         setting = SETTINGS[wildcards.setting]
         inputs["head"] = head_path(head_dataset(wildcards.dataset), HEAD["rounds"], setting.get("head_seed"))
