@@ -130,9 +130,18 @@ def transform_flag():
     return f"--draft-transform {MODELS['draft_transform']}" if MODELS["draft_transform"] else ""
 
 
+def own_head(setting):
+    """The head a grid entry names: oracle:NAME as it is, a folder relative to the repository (a
+    committed head), seen from the run's working directory (``--directory runs/...``)."""
+    own = SETTINGS[setting].get("head")
+    if not own or ":" in own or os.path.isabs(own):
+        return own
+    return os.path.relpath(Path(workflow.basedir) / own)
+
+
 def head_flag(wildcards, input):
-    """The trained head of a diversed cell, or the hand-made one its grid entry names."""
-    own = SETTINGS[wildcards.setting].get("head")
+    """The trained head of a diversed cell, or the one its grid entry names."""
+    own = own_head(wildcards.setting)
     if own:
         return f"--head {own}"
     return f"--head {input.head}" if "head" in input.keys() else ""
@@ -180,7 +189,7 @@ def decode_inputs(wildcards):
     inputs = {"models": "results/models/ready.json", "data": "results/data/status.json"}
     if "matched_to" in SETTINGS[wildcards.setting]:
         inputs["matched"] = f"results/decode/{wildcards.dataset}/{matched_cell(wildcards.setting)}.jsonl"
-    own = SETTINGS[wildcards.setting].get("head")
+    own = own_head(wildcards.setting)
     if own and ":" not in own:  # a head folder of its own: rerun when it changes
         inputs["own_head"] = own
     if SETTINGS[wildcards.setting]["method"] == "diversed" and "head" not in SETTINGS[wildcards.setting]:
