@@ -116,17 +116,7 @@ def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
     weighted = static_sweep(rows)
     sweep = [r for _, r in weighted]
     if sweep:
-        ax.errorbar(
-            [r[x_key] for r in sweep],
-            [r["quality"] for r in sweep],
-            xerr=_errors(sweep, x_key),
-            yerr=_errors(sweep, "quality"),
-            fmt="-o",
-            color="grey",
-            ms=4,
-            capsize=2,
-            label="static ensemble, w = 0 ... 1",
-        )
+        _family_line(ax, sweep, x_key, "-o", "grey", 4, "static ensemble, w = 0 ... 1")
         if x_key == "acceptance_rate":  # what mixing static weights over examples can reach
             edge = hull([(r[x_key], r["quality"]) for r in sweep])
             ax.plot(
@@ -146,21 +136,11 @@ def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
                 color="grey",
             )
     for signal, colour in GATE_COLOURS.items():
-        family = sorted(
-            (r for r in rows if r["method"] == "gate" and r["gate"] == signal), key=lambda r: r[x_key]
-        )
+        family = [r for r in rows if r["method"] == "gate" and r["gate"] == signal]
         if family:
-            ax.errorbar(
-                [r[x_key] for r in family],
-                [r["quality"] for r in family],
-                xerr=_errors(family, x_key),
-                yerr=_errors(family, "quality"),
-                fmt="-^",
-                color=colour,
-                ms=5,
-                capsize=2,
-                label=f"gate {signal}, t = " + ", ".join(f"{r['gate_threshold']:g}" for r in family),
-            )
+            family.sort(key=lambda r: r[x_key])
+            thresholds = ", ".join(f"{r['gate_threshold']:g}" for r in family)
+            _family_line(ax, family, x_key, "-^", colour, 5, f"gate {signal}, t = {thresholds}")
     for method in [m for m in METHOD_ORDER if m not in ("static", "gate")]:
         points = [r for r in rows if r["method"] == method]
         if not points:
@@ -192,6 +172,23 @@ def _pareto_panel(ax, rows: list[dict[str, Any]], x_key: str) -> None:
                     va="bottom",
                     color=COLOURS.get(method),
                 )
+
+
+def _family_line(
+    ax, family: list[dict[str, Any]], x_key: str, fmt: str, colour: str, size: int, label: str
+) -> None:
+    """A method swept over one knob (static over w, a gate over its threshold) as one line."""
+    ax.errorbar(
+        [r[x_key] for r in family],
+        [r["quality"] for r in family],
+        xerr=_errors(family, x_key),
+        yerr=_errors(family, "quality"),
+        fmt=fmt,
+        color=colour,
+        ms=size,
+        capsize=2,
+        label=label,
+    )
 
 
 def _reference_band(ax, row: dict[str, Any]) -> None:

@@ -89,31 +89,10 @@ def test_rlimits_is_an_opt_in_that_every_record_states(
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["sandbox"]["mode"] == "rlimits"
     canonical_decode_file(2, "in.jsonl")
-    refused = as_user_without_userns(
-        str(BIN / "diversed"),
-        "score",
-        "--dataset",
-        "humaneval",
-        "--in",
-        "in.jsonl",
-        "--out",
-        "m.json",
-        cwd=tmp_path,
-    )
+    score = [str(BIN / "diversed"), "score", "--dataset", "humaneval", "--in", "in.jsonl", "--out", "m.json"]
+    refused = as_user_without_userns(*score, cwd=tmp_path)
     assert refused.returncode == 2 and "not enforced here" in refused.stderr
-    scored = as_user_without_userns(
-        str(BIN / "diversed"),
-        "score",
-        "--dataset",
-        "humaneval",
-        "--in",
-        "in.jsonl",
-        "--out",
-        "m.json",
-        "--sandbox",
-        "rlimits",
-        cwd=tmp_path,
-    )
+    scored = as_user_without_userns(*score, "--sandbox", "rlimits", cwd=tmp_path)
     assert scored.returncode == 0, scored.stderr
     result = json.loads((tmp_path / "m.json").read_text())
     assert result["sandbox"] == "rlimits" and result["pass@1"] == 100.0
