@@ -362,8 +362,7 @@ class Decoder:
             steps = torch.arange(width, device=device)
             valid = torch.cat([first, steps < drafts.num_drafted.unsqueeze(1)], dim=1)
         hidden = self._hidden and width > 0
-        elapsed: list[float] = []
-        with timed(device, elapsed):
+        with timed(device, elapsed := []):
             logits, h_target = cache.forward(ids, valid, hidden)
         seconds = elapsed[0]
         logits = logits.float()
