@@ -46,7 +46,9 @@ def test_a_head_that_earns_more_than_static_at_its_own_w_is_above_it():
 def test_equal_arms_are_not_distinguishable_and_a_worse_head_is_below():
     same = verdict(_rows("head", [1.0, 0.0], 6) + _rows("static", [1.0, 0.0], 6), 0.95)
     assert same["reward"]["change"] == 0 and same["reward"]["ci"] == [0.0, 0.0]
-    assert "not distinguishable" in same["verdict"]
+    assert "rolled out alike" in same["verdict"]  # a zero-width interval is no power statement
+    close = verdict(_rows("head", [1.0, 0.0], 6) + _rows("static", [1.0, 1.0, 0.0, 0.0], 6), 0.95)
+    assert "not distinguishable" in close["verdict"]
     worse = verdict(_rows("head", [0.0, 0.0, 1.0], 6) + _rows("static", [1.0, 1.0, 0.0], 6), 0.95)
     assert worse["reward"]["ci"][1] < 0 and "below it" in worse["verdict"]
 
@@ -104,7 +106,7 @@ def test_a_constant_head_is_its_own_static_comparator_on_unseen_prompts(traced, 
     }
     assert by_arm["head"] == by_arm["static"]
     card = json.loads((tmp_path / "kept" / "head.json").read_text())
-    assert card["check"]["verdict"] == record["verdict"] and "not distinguishable" in record["verdict"]
+    assert card["check"]["verdict"] == record["verdict"] and "rolled out alike" in record["verdict"]
     assert float(load_head(tmp_path / "kept").out.bias[1].detach()) == pytest.approx(-2.0)  # the head is kept
 
 

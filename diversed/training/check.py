@@ -134,7 +134,12 @@ def verdict(
         "objective": paired_change(objective[HEAD] - objective[STATIC], confidence),
     }
     change = figures["reward"]
-    if change["ci"] is None:
+    if torch.equal(reward[HEAD], reward[STATIC]) and torch.equal(accept[HEAD], accept[STATIC]):
+        summary = (
+            f"the head and static at its own w rolled out alike on all {len(prompts)} prompts (same reward"
+            " and acceptance per prompt): its weight is constant in effect, and no per-token effect can show"
+        )
+    elif change["ci"] is None:
         summary = f"reward {change['change']:+.3g} vs static, one prompt: no interval"
     else:
         low, high = change["ci"]
