@@ -127,7 +127,10 @@ def test_weight_bytes_counts_what_the_kernels_read():
     assert weight_bytes(model) == 2 * linear + 4 * other
 
 
-def test_cli_names_a_quantize_that_cannot_run(capsys):
+def test_cli_names_a_quantize_that_cannot_run(capsys, monkeypatch):
+    from test_devices import fake_cuda
+
+    fake_cuda(monkeypatch, True)  # the device resolves; the fp16 CPU kernels are what cannot run there
     with pytest.raises(SystemExit) as exit_info:
         main(
             [
