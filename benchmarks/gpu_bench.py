@@ -37,7 +37,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from diversed import DecodeConfig, Decoder, bench
-from diversed.devices import timed
+from diversed.devices import device_name, timed
 from diversed.engine.cache import STEPS
 
 # Datasheet memory bandwidth (bytes/s) by a name fragment of torch.cuda.get_device_name(); the first
@@ -209,12 +209,12 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     steps = args.steps or ["eager", "graphs" if args.device.startswith("cuda") else "fixed"]
     dtype = getattr(torch, args.dtype)
-    device_name = torch.cuda.get_device_name(args.device) if args.device.startswith("cuda") else args.device
-    bandwidth = args.bandwidth or card_bandwidth(device_name)
+    card = device_name(args.device)
+    bandwidth = args.bandwidth or card_bandwidth(card)
     result: dict = {
         **bench.provenance(),
         "shapes": args.shapes,
-        "device": device_name,
+        "device": card,
         "dtype": args.dtype,
         "bandwidth": bandwidth,
         "bandwidth_source": "--bandwidth" if args.bandwidth else "CARD_BANDWIDTH" if bandwidth else None,
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict:
             Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
 
     if bandwidth is None:
-        print(f"{device_name}: not in CARD_BANDWIDTH and no --bandwidth given: no memory floor is reported")
+        print(f"{card}: not in CARD_BANDWIDTH and no --bandwidth given: no memory floor is reported")
     save()
     target, draft = self_draft_pair(SHAPES[args.shapes], args.draft_layers, args.eps, args.device, dtype)
     weight_bytes = bench.weight_bytes(target)

@@ -35,7 +35,7 @@ import torch
 import transformers
 
 from diversed.config import DecodeConfig
-from diversed.devices import is_cuda, sync, timed
+from diversed.devices import device_name, sync, timed
 from diversed.engine.cache import RaggedCache
 from diversed.engine.loop import Decoder
 from diversed.engine.stats import GenerationStats, leviathan_speedup
@@ -352,7 +352,7 @@ def run_bench(spec: BenchSpec) -> dict[str, Any]:
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "machine": platform.processor() or platform.machine(),
-        "device": torch.cuda.get_device_name(spec.device) if is_cuda(spec.device) else spec.device,
+        "device": device_name(spec.device),
     }
     Path(spec.out).parent.mkdir(parents=True, exist_ok=True)
     Path(spec.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -94,7 +94,7 @@ def run_doctor(data_dir: str | None = None, device: str = "auto") -> int:
         "sandbox (generated code)",
         fences["summary"],
         "run as root, allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1),"
-        " install bubblewrap, or opt in to rlimits alone with score.sandbox: rlimits",
+        " or opt in to rlimits alone with score.sandbox: rlimits",
     )
     from diversed.embedded import EMBEDDED, model_dir
 

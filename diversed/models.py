@@ -46,16 +46,18 @@ def resolve(name: str, dtype: str = "float32") -> str:
     return name
 
 
+def whole(err: Exception) -> str:
+    """The hub's message on one line, kept whole: a gated repo's names the link to ask for access."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def _from_pretrained(loader, name: str, stored_dtype: str = "float32", **kwargs):
     source = resolve(name, stored_dtype)
     try:
         return loader.from_pretrained(source, **kwargs)
     except OSError as err:
-        whole = (
-            " ".join(str(err).split()) or type(err).__name__
-        )  # a gated repo's message holds its access link
         raise ModelError(
-            f"cannot load {name!r}: not a local folder, and the hub could not serve it ({whole})"
+            f"cannot load {name!r}: not a local folder, and the hub could not serve it ({whole(err)})"
         ) from err
 
 
@@ -73,9 +75,8 @@ def download(name: str) -> str:
     try:
         return snapshot_download(source, allow_patterns=patterns)
     except Exception as err:  # noqa: BLE001 - gated, unknown, offline: each says why in its message
-        whole = " ".join(str(err).split()) or type(err).__name__
         raise ModelError(
-            f"cannot download {name!r} ({type(err).__name__}): {whole}; gated models need access granted"
+            f"cannot download {name!r} ({type(err).__name__}): {whole(err)}; gated models need access granted"
             " on the hub and HF_TOKEN set (or `hf auth login`) where the workflow runs"
         ) from err
 

@@ -144,9 +144,11 @@ def add_data_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def add_sandbox_flag(parser: argparse.ArgumentParser) -> None:
+    from diversed.sandbox import ALIASES, MODES
+
     parser.add_argument(
         "--sandbox",
-        choices=("isolated", "strict", "rlimits"),
+        choices=(*MODES, *ALIASES),
         default="isolated",
         help="generated code: isolated (default; strict is its old name) runs it only where every fence of"
         " diversed.sandbox holds (own filesystem view, no network, own PIDs) and refuses elsewhere;"
