@@ -1,4 +1,4 @@
-"""Commands on decoded files: ``score`` and ``report``."""
+"""Commands on decoded files: ``score``, ``report`` and ``gate-thresholds``."""
 
 from __future__ import annotations
 
@@ -31,6 +31,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_gate_thresholds(args: argparse.Namespace) -> int:
+    from diversed.files import read_jsonl
+    from diversed.gates import threshold_table
+
+    table = threshold_table(read_jsonl(args.decode), args.acceptance, args.num_assistant_tokens)
+    print(
+        f"{args.decode}: {table['positions']} verified positions in {table['examples']} examples;"
+        f" measured acceptance {table['recorded_measured']:.3f}, predicted {table['recorded_predicted']:.3f}"
+        " (the prediction's error on the recorded rule itself)"
+    )
+    for row in table["thresholds"]:
+        print(
+            f"gate {row['gate']:<8} threshold {row['threshold']:<8g} predicted acceptance"
+            f" {row['predicted']:.3f} (wanted {row['wanted']:g})"
+        )
+    return 0
+
+
 def add_score(sub: argparse._SubParsersAction) -> None:
     score = sub.add_parser("score", help="quality and efficiency metrics of a decode JSONL")
     score.add_argument("--dataset", required=True, help="the dataset the file was decoded from")
@@ -47,3 +65,17 @@ def add_report(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("--tables", required=True, help="output prefix, e.g. results/tables/main")
     rep.add_argument("--plots", required=True, help="output folder for PNG and SVG plots")
     rep.set_defaults(func=cmd_report)
+
+
+def add_gate_thresholds(sub: argparse._SubParsersAction) -> None:
+    gates = sub.add_parser(
+        "gate-thresholds",
+        help="thresholds of the training-free gates predicted to reach given acceptances, from one"
+        " decode file that recorded the signals (method gate or diversed; decode a train split)",
+    )
+    gates.add_argument("--decode", required=True, help="decode JSONL whose records carry token_weights")
+    gates.add_argument(
+        "--acceptance", type=float, nargs="+", default=[0.65, 0.75, 0.85, 0.95], help="acceptances wanted"
+    )
+    gates.add_argument("--num-assistant-tokens", type=int, default=4, help="k, the drafts per block")
+    gates.set_defaults(func=cmd_gate_thresholds)
