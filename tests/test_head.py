@@ -13,11 +13,18 @@ from diversed import DecodeConfig, Decoder
 from diversed.cli import main
 from diversed.data import DataError
 from diversed.data.tasks import CNNDM
-from diversed.head import EnsembleHead, HeadError, load_head, save_head
+from diversed.head import SIGNALS, EnsembleHead, HeadError, load_head, save_head
 from diversed.tiny import write_tiny_pair
 from diversed.traces import TraceJob, Trajectory, read_manifest
 from diversed.training.objective import TrainConfig, group_advantages, head_weights, resolve_baseline
-from diversed.training.selection import choose, lower_bound, prompt_gains, split_by_prompt, validation_figures
+from diversed.training.selection import (
+    choose,
+    constant_head,
+    lower_bound,
+    prompt_gains,
+    split_by_prompt,
+    validation_figures,
+)
 from diversed.training.trainer import select_head, train_head
 
 
@@ -103,6 +110,54 @@ def test_training_learns_where_the_draft_can_be_trusted():
     assert hard_w > 0.35  # keep the target where the draft's tokens cost reward
     start = 1 - 0.5 * (abs(EASY[0] - EASY[1]) + abs(HARD[0] - HARD[1])) / 2
     assert figures["expected_acceptance"] > start
+
+
+def _blind(trajectories: list[Trajectory], seed: int = 0) -> list[Trajectory]:
+    """The same sequences with hidden states that say nothing about the context, and the
+    verifier's signals stored beside them: only TV tells easy (0.29) from hard (0.9) tokens."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for t in trajectories:
+        n = t.tensors["tv"].shape[0]
+        noise = torch.randn(n, 6, generator=g) * 0.1
+        extra = {
+            "h_draft": noise.half(),
+            "h_target": (noise * 2).half(),
+            "entropy_p": torch.rand(n, generator=g),
+        }
+        out.append(
+            Trajectory(t.id, t.reward, {**t.tensors, **extra, "entropy_q": torch.rand(n, generator=g)})
+        )
+    return out
+
+
+def test_a_head_with_the_verifiers_signals_learns_what_hidden_states_alone_cannot_show():
+    trajectories, hard = synthetic_traces(64)
+    blind = _blind(trajectories)
+    easy_w, hard_w, _ = _weights_by_class(blind, hard, reg_lambda=1.0)
+    assert abs(hard_w - easy_w) < 0.1  # the hidden states no longer tell the classes apart
+    easy_w, hard_w, _ = _weights_by_class(blind, hard, reg_lambda=1.0, signals=True)
+    assert easy_w < 0.1 and hard_w > 0.35  # TV does
+
+
+def test_a_signals_head_round_trips_refuses_missing_signals_and_has_a_static_twin(tmp_path):
+    trajectories, _ = synthetic_traces(4)
+    head = EnsembleHead(6, 6, signals=True, seed=1)
+    tokens = torch.cat([torch.stack([t.tensors[k] for k in SIGNALS], -1) for t in _blind(trajectories)])
+    head.fit_signals(tokens)
+    with torch.no_grad():
+        head.out.weight[1, -3:] += 0.5  # a head whose w depends on the signals
+    h, signals = torch.randn(5, 6), torch.rand(5, 3)
+    assert head(h, h, signals).std() > 0
+    save_head(head, tmp_path, {"task": "gsm8k"})
+    loaded = load_head(tmp_path, 6, 6)
+    assert torch.equal(loaded(h, h, signals), head(h, h, signals))
+    with pytest.raises(HeadError, match="signals"):
+        loaded(h, h)
+    twin = constant_head(head, 0.3)
+    assert torch.allclose(twin(h, h, signals), torch.full((5,), 0.3))
+    with pytest.raises(DataError, match="entropy_p, entropy_q"):  # traces stored before the signals
+        head_weights(head, trajectories)
 
 
 @pytest.mark.parametrize("rewards", ["graded", "pass/fail"])
@@ -298,6 +353,13 @@ def test_collect_traces_then_train_head_then_decode(tmp_path, cnndm_data, capsys
     ]
     assert main(generate) == 0
     assert json.loads(capsys.readouterr().out)["stats"]["blocks"] > 0
+    signals_dir = tmp_path / "signals-head"
+    train = ["train-head", "--traces", str(traces), "--out", str(signals_dir), "--epochs", "2", "--quiet"]
+    assert main([*train, "--signals"]) == 0
+    assert json.loads((signals_dir / "head.json").read_text())["signals"] == list(SIGNALS)
+    capsys.readouterr()
+    assert main([*generate[:-4], str(signals_dir), *generate[-3:]]) == 0
+    assert json.loads(capsys.readouterr().out)["stats"]["blocks"] > 0
 
 
 def test_negative_lambda_is_refused(tmp_path, capsys):
@@ -309,7 +371,7 @@ def test_negative_lambda_is_refused(tmp_path, capsys):
 def test_trace_mode_stores_the_teacher_forced_values_batched_as_at_batch_one(pair, tokenizer):
     """Traces come from speculative sampling against mu; each stored field must equal a teacher-
     forced recomputation on the emitted tokens, and a batch must equal its batch-1 runs."""
-    from diversed.engine.rules import total_variation
+    from diversed.engine.rules import logit_entropy, total_variation
 
     target, draft = pair
     prompts = [tokenizer(p).input_ids for p in ["def f(x):", "a", "The quick brown fox"]]
@@ -337,6 +399,8 @@ def test_trace_mode_stores_the_teacher_forced_values_batched_as_at_batch_one(pai
         assert torch.allclose(got.trace["p_y"], p.gather(1, y)[:, 0], atol=1e-5)
         assert torch.allclose(got.trace["q_y"], q.gather(1, y)[:, 0], atol=1e-5)
         assert torch.allclose(got.trace["tv"], total_variation(p, q), atol=1e-5)
+        assert torch.allclose(got.trace["entropy_p"], logit_entropy(out_p.logits[0, span]), atol=1e-4)
+        assert torch.allclose(got.trace["entropy_q"], logit_entropy(out_q.logits[0, span]), atol=1e-4)
         mu = weight * p + (1 - weight) * q
         assert torch.allclose(got.trace["mu"], mu.gather(1, y)[:, 0], atol=1e-5)
         assert torch.allclose(got.trace["h_target"].float(), out_p.hidden_states[-1][0, span], atol=4e-3)

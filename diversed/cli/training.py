@@ -183,6 +183,12 @@ def add_train_head(sub: argparse._SubParsersAction) -> None:
         help="one-sided confidence of the reward bounds each checkpoint's card reports (0.95)",
     )
     tr.add_argument("--hidden", type=int, default=0, help="MLP width; 0 = the paper's linear head (0)")
+    tr.add_argument(
+        "--signals",
+        action="store_true",
+        help="the head also reads TV(p, q) and both models' entropies beside the hidden states"
+        " (beyond the paper)",
+    )
     tr.add_argument("--seed", type=int, default=42, help="seed (42)")
     add_device_flag(tr)
     tr.add_argument("--quiet", action="store_true", help="no progress bar")

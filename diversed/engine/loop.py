@@ -53,7 +53,7 @@ from diversed.config import DecodeConfig
 from diversed.devices import synced_seconds, timed
 from diversed.engine.cache import RaggedCache, check_step
 from diversed.engine.prefix import SharedPrefix
-from diversed.engine.rules import Block, make_rule, total_variation, verify
+from diversed.engine.rules import Block, make_rule, verifier_signals, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
 from diversed.engine.schedules import make_schedule
 from diversed.engine.state import (
@@ -373,18 +373,20 @@ class Decoder:
             accepted, extra, _ = verify(self.rule, block, self.sampling, rng)
             return Verified(accepted, extra, tokens.double(), seconds, None)
         weights = self.rule.weights(p[:, :width], drafts.q)
+        signals = None
+        if self.traces or self.rule.per_token_weights:
+            signals = verifier_signals(p[:, :width], drafts.q, logits[:, :width], drafts.q_logits)
         if self.rule.needs_hidden_states:
-            weights = self.head(drafts.hidden, h_target[:, :width]).float()
+            weights = self.head(drafts.hidden, h_target[:, :width], signals).float()
         block = Block(drafts.tokens, drafts.num_drafted, p, drafts.q, logits, drafts.q_logits, weights)
         accepted, extra, v = verify(self.rule, block, self.sampling, rng)
         q_drafted = drafts.q.gather(2, drafts.tokens.unsqueeze(2)).squeeze(2).double()
-        trace = trace_fields(block, v, accepted, extra, drafts.hidden, h_target) if self.traces else None
+        trace = None
+        if self.traces:
+            trace = trace_fields(block, v, accepted, extra, drafts.hidden, h_target, signals)
         token_stats = None
-        if weights is not None:
-            tv = total_variation(p[:, :width], drafts.q)
-            log_p = logits[:, :width].log_softmax(-1)  # the target's own, temperature-1 distribution
-            entropy = -(log_p.exp() * log_p).sum(-1)
-            token_stats = torch.stack([weights, tv, entropy], dim=2)
+        if weights is not None:  # w, TV and the target's entropy: TOKEN_STATS
+            token_stats = torch.stack([weights, signals[..., 0], signals[..., 1]], dim=2)
         return Verified(accepted, extra, q_drafted, seconds, trace, token_stats)
 
     def _finished(self, generated: list[int], first_new: int, budget: int) -> str:

@@ -158,6 +158,20 @@ def entropy(p: torch.Tensor) -> torch.Tensor:
     return -torch.where(p > 0, p * p.clamp_min(1e-30).log(), 0.0).sum(-1)
 
 
+def logit_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """H(softmax(logits)) per row, in nats: a model's own temperature-1 uncertainty."""
+    log_p = logits.float().log_softmax(-1)
+    return -(log_p.exp() * log_p).sum(-1)
+
+
+def verifier_signals(
+    p: torch.Tensor, q: torch.Tensor, p_logits: torch.Tensor, q_logits: torch.Tensor
+) -> torch.Tensor:
+    """Per position [..., 3], the signals the verifier holds anyway (``diversed.head.SIGNALS``):
+    TV(p, q) of the distributions verified against, and H of each model's raw logits."""
+    return torch.stack([total_variation(p, q), logit_entropy(p_logits), logit_entropy(q_logits)], -1)
+
+
 class GateRule(EnsembleRule):
     """A training-free per-token ensemble: w = 1 or 0 at each position by a threshold on a signal
     the verifier already has (:class:`~diversed.methods.GateSignal`), then the dynamic ensemble's

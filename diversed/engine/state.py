@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from diversed.engine.cache import RaggedCache
-from diversed.engine.rules import Block, total_variation
+from diversed.engine.rules import Block
 from diversed.engine.sampling import RowRandom
 from diversed.engine.schedules import DraftSchedule
 from diversed.engine.stats import GenerationStats
@@ -106,8 +106,9 @@ class Batch:
 TOKEN_STATS = ("w", "tv", "entropy")
 
 
-# Per emitted token y: both last-layer hidden states at its position, p(y), q(y), TV(p, q), v(y).
-TRACE_FIELDS = ("h_draft", "h_target", "p_y", "q_y", "tv", "mu")
+# Per emitted token y: both last-layer hidden states at its position, p(y), q(y), v(y), and the
+# verifier's signals there (TV(p, q), the entropies of both models' raw logits; head.SIGNALS).
+TRACE_FIELDS = ("h_draft", "h_target", "p_y", "q_y", "mu", "tv", "entropy_p", "entropy_q")
 
 
 def trace_fields(
@@ -117,6 +118,7 @@ def trace_fields(
     extra: torch.Tensor,
     h_draft: torch.Tensor,
     h_target: torch.Tensor,
+    signals: torch.Tensor,
 ) -> dict[str, torch.Tensor]:
     """TRACE_FIELDS at every drafted position, for the token emitted there: the kept draft
     before the first rejection, the correction at it (positions after it are never used)."""
@@ -129,6 +131,8 @@ def trace_fields(
         "h_target": h_target[:, :width].half(),
         "p_y": p.gather(2, emitted)[..., 0],
         "q_y": block.q.gather(2, emitted)[..., 0],
-        "tv": total_variation(p, block.q),
         "mu": v.gather(2, emitted)[..., 0],
+        "tv": signals[..., 0],
+        "entropy_p": signals[..., 1],
+        "entropy_q": signals[..., 2],
     }

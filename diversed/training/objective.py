@@ -40,7 +40,8 @@ from dataclasses import asdict, dataclass
 import torch
 
 from diversed.config import ConfigError, check_range
-from diversed.head import EnsembleHead
+from diversed.data import DataError
+from diversed.head import SIGNALS, EnsembleHead
 from diversed.traces import Trajectory
 
 BASELINES = ("auto", "group", "batch", "running", "minus_one")
@@ -60,6 +61,7 @@ class TrainConfig:
     clip_eps: float = 0.2
     baseline: str = "auto"  # auto | group | batch | running | minus_one
     hidden: int = 0  # 0: the paper's linear head; > 0: a small MLP
+    signals: bool = False  # the head also reads TV(p, q) and both entropies (diversed.head)
     seed: int = 42
 
     def __post_init__(self) -> None:
@@ -117,9 +119,22 @@ def flatten(batch: Sequence[Trajectory]) -> tuple[dict[str, torch.Tensor], torch
     return tensors, owner, rewards
 
 
+def head_signals(head: EnsembleHead, tensors: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """The verifier's signals [N, 3] a ``signals`` head reads from stored tokens (None for a head
+    that reads hidden states alone); traces collected before they were stored are refused."""
+    if not head.signals:
+        return None
+    missing = [name for name in SIGNALS if name not in tensors]
+    if missing:
+        raise DataError(
+            f"the traces lack {', '.join(missing)}, which a head with signals reads; collect them again"
+        )
+    return torch.stack([tensors[name] for name in SIGNALS], -1)
+
+
 def policy(head: EnsembleHead, tensors: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Per token: the head's weight w and the importance ratio pi(y) / mu(y) of its mixture."""
-    w = head(tensors["h_draft"], tensors["h_target"])
+    w = head(tensors["h_draft"], tensors["h_target"], head_signals(head, tensors))
     pi = w * tensors["p_y"] + (1 - w) * tensors["q_y"]
     return w, pi / tensors["mu"].clamp_min(1e-12)
 
@@ -161,4 +176,9 @@ def lr_factor(step: int, total: int, warmup: int) -> float:
 @torch.no_grad()
 def head_weights(head: EnsembleHead, trajectories: Sequence[Trajectory]) -> torch.Tensor:
     """w on every stored token, in order."""
-    return torch.cat([head(t.tensors["h_draft"], t.tensors["h_target"]) for t in trajectories])
+    return torch.cat(
+        [
+            head(t.tensors["h_draft"], t.tensors["h_target"], head_signals(head, t.tensors))
+            for t in trajectories
+        ]
+    )

@@ -89,7 +89,9 @@ def lower_bound(differences: torch.Tensor, confidence: float) -> tuple[float, fl
 
 def constant_head(like: EnsembleHead, w: float) -> EnsembleHead:
     """A head of ``like``'s sizes that puts ``w`` on every token: the static ensemble as a head."""
-    head = EnsembleHead(like.d_draft, like.d_target, like.hidden)
+    head = EnsembleHead(like.d_draft, like.d_target, like.hidden, signals=like.signals)
+    head.load_state_dict(like.state_dict())  # the signal standardisation too
+    head.to(like.out.weight.device)  # where the traces it is scored on are
     w = min(max(w, 1e-6), 1 - 1e-6)
     with torch.no_grad():
         head.out.weight.zero_()

@@ -27,6 +27,7 @@ from diversed.training.objective import (
     TrainConfig,
     batch_loss,
     group_advantages,
+    head_signals,
     head_weights,
     lr_factor,
     resolve_baseline,
@@ -61,10 +62,13 @@ def start_head(
 ) -> EnsembleHead:
     """The head training starts from: a copy of ``init``, else a fresh one (w = 0.5 everywhere)."""
     first = trajectories[0].tensors
-    head = EnsembleHead(first["h_draft"].shape[-1], first["h_target"].shape[-1], cfg.hidden, cfg.seed)
+    sizes = (first["h_draft"].shape[-1], first["h_target"].shape[-1])
+    head = EnsembleHead(*sizes, cfg.hidden, cfg.seed, signals=cfg.signals)
     head.to(first["h_target"].device)  # where the traces are: the device training runs on
     if init is not None:
         head.load_state_dict(init.state_dict())
+    elif cfg.signals:
+        head.fit_signals(torch.cat([head_signals(head, t.tensors) for t in trajectories]))
     return head
 
 

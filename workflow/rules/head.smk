@@ -18,6 +18,7 @@ rule train_head:
         epochs=HEAD["epochs"],
         batch_size=HEAD["train_batch_size"],
         lr=HEAD["lr"],
+        signals="--signals" if HEAD["signals"] else "",
         reg_lambda=" ".join(str(x) for x in as_list(HEAD["reg_lambda"])),
         reg_scale=HEAD["reg_scale"],
         baseline=HEAD["baseline"],
@@ -34,7 +35,7 @@ rule train_head:
     shell:
         "diversed --track train_head train-head --traces {params.traces} {params.init} --out {output.head}"
         " --device {params.device}"
-        " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr}"
+        " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr} {params.signals}"
         " --reg-lambda {params.reg_lambda} --reg-scale {params.reg_scale} --baseline {params.baseline}"
         " --validation-share {params.validation_share} --acceptance-value {params.value}"
         " --confidence {params.confidence}"
