@@ -29,6 +29,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 test: $(STAMP)
 	$(BIN)/ruff check diversed tests benchmarks
+	$(BIN)/snakemake --lint --quiet all
 	$(BIN)/python -m pytest
 
 # The engine's tests on the other releases pyproject.toml allows; `make test` runs the pinned ones.

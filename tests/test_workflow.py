@@ -1,4 +1,4 @@
-"""The Snakemake workflow on config/ci.yaml: end to end (jobs logging to a real MLflow server),
+"""The Snakemake workflow on .test/config/config.yaml: end to end (jobs logging to a real MLflow server),
 incremental reruns, config errors.
 
 The workflow files and the library source are copied into a temporary folder, so the tests can edit
@@ -52,7 +52,7 @@ def planned(output: str) -> dict[str, int]:
 
 
 def write_config(workdir: Path, name: str, edit) -> str:
-    config = yaml.safe_load((workdir / "config" / "ci.yaml").read_text())
+    config = yaml.safe_load((workdir / ".test" / "config" / "config.yaml").read_text())
     edit(config)
     path = workdir / "config" / name
     path.write_text(yaml.safe_dump(config))
@@ -60,7 +60,7 @@ def write_config(workdir: Path, name: str, edit) -> str:
 
 
 def copy_workflow(root: Path) -> Path:
-    for item in ("Snakefile", "workflow", "config", "profiles", "diversed"):
+    for item in ("workflow", "config", ".test", "profiles", "diversed", "environment.yml"):
         source = REPO / item
         (shutil.copytree if source.is_dir() else shutil.copy)(source, root / item)
     return root
@@ -133,7 +133,7 @@ def mlflow_server(tmp_path_factory) -> Iterator[str]:
 def workdir(tmp_path_factory, mlflow_server) -> Path:
     """The whole ci workflow, two jobs at a time, every job logging to the real server."""
     root = copy_workflow(tmp_path_factory.mktemp("wf"))
-    snakemake(root, "--configfile", "config/ci.yaml", "--cores", "2", tracking_uri=mlflow_server)
+    snakemake(root, "--configfile", ".test/config/config.yaml", "--cores", "2", tracking_uri=mlflow_server)
     return root
 
 
@@ -157,7 +157,7 @@ def test_whole_dag_produces_tables_plots_and_report(workdir):
     paired = (workdir / "results/tables/paired_vs_sd.md").read_text()
     assert "| pass@1 " in paired and "delta quality" in paired and "delta acceptance" in paired
     assert "lossy" in paired
-    snakemake(workdir, "--configfile", "config/ci.yaml", "--report", "results/report.html")
+    snakemake(workdir, "--configfile", ".test/config/config.yaml", "--report", "results/report.html")
     assert (workdir / "results/report.html").stat().st_size > 100_000
 
 
@@ -183,7 +183,7 @@ def test_head_rounds_chain_and_the_diversed_cell_uses_the_last(workdir):
 
 
 def test_second_run_has_nothing_to_do(workdir):
-    done = snakemake(workdir, "-n", "--configfile", "config/ci.yaml")
+    done = snakemake(workdir, "-n", "--configfile", ".test/config/config.yaml")
     assert "Nothing to be done" in done.stdout + done.stderr
 
 
@@ -217,7 +217,7 @@ def test_library_change_reruns_the_rules_that_use_it(workdir, module, expected):
     original = path.read_text()
     try:
         path.write_text(original + "\n# an edit\n")
-        jobs = planned(snakemake(workdir, "-n", "--configfile", "config/ci.yaml").stdout)
+        jobs = planned(snakemake(workdir, "-n", "--configfile", ".test/config/config.yaml").stdout)
     finally:
         path.write_text(original)
     assert set(jobs) == set(expected)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # `make test-slurm`: the cluster path on a real SLURM. Installs slurm-wlm and munge from the
 # distribution when missing (root only), starts a one-node cluster on localhost (munged, slurmctld,
-# slurmd, a generated slurm.conf), runs config/ci.yaml through --profile profiles/slurm with
+# slurmd, a generated slurm.conf), runs .test/config/config.yaml through --profile profiles/slurm with
 # snakemake-executor-plugin-slurm, checks that its tables equal a local run's, and shuts it down.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -81,12 +81,12 @@ sinfo
 # the workflow, once locally and once through the cluster, each in its own copy
 for mode in local slurm; do
   mkdir -p "$work/$mode"
-  cp -r "$here/Snakefile" "$here/workflow" "$here/config" "$here/profiles" "$here/diversed" "$work/$mode/"
+  cp -r "$here/workflow" "$here/config" "$here/.test" "$here/environment.yml" "$here/profiles" "$here/diversed" "$work/$mode/"
 done
-(cd "$work/local" && snakemake --configfile config/ci.yaml --cores 2 > "$work/log/local.log" 2>&1) ||
+(cd "$work/local" && snakemake --configfile .test/config/config.yaml --cores 2 > "$work/log/local.log" 2>&1) ||
   { tail -n 30 "$work/log/local.log"; exit 1; }
 start=$(date +%s)
-(cd "$work/slurm" && snakemake --profile profiles/slurm --configfile config/ci.yaml --jobs 2 \
+(cd "$work/slurm" && snakemake --profile profiles/slurm --configfile .test/config/config.yaml --jobs 2 \
   --slurm-status-command squeue --latency-wait 5 --seconds-between-status-checks 2 \
   --default-resources slurm_account=ci slurm_partition=ci runtime=30 mem_mb=4000 cpus_per_task=1 \
   --set-resources decode:mem_mb=4000 collect_traces:mem_mb=4000 \

@@ -23,7 +23,11 @@ SANDBOX = config["score"]["sandbox"]
 OFFLINE = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
 
 
-LIBRARY = Path(workflow.main_snakefile).parent / "diversed"
+REPO = Path(workflow.basedir).parent  # the checkout: workflow/Snakefile's parent
+LIBRARY = REPO / "diversed"
+# Every rule's software: the diversed package and its pinned stack. `make` installs it into .venv,
+# which jobs use as they are; `--software-deployment-method conda` builds this environment instead.
+SOFTWARE = str(REPO / "environment.yml")
 
 
 def src_hash(*modules):
@@ -136,7 +140,7 @@ def own_head(setting):
     own = SETTINGS[setting].get("head")
     if not own or ":" in own or os.path.isabs(own):
         return own
-    return os.path.relpath(Path(workflow.basedir) / own)
+    return os.path.relpath(REPO / own)
 
 
 def head_flag(wildcards, input):

@@ -11,12 +11,15 @@ rule data_status:
             category="Data",
         ),
     params:
+        sandbox=SANDBOX,
         datasets=" ".join(DATASETS + head_sources()),
         split=DATA["split"],
         missing=DATA["missing"],
         flags=data_flags(),
     log:
         "results/logs/data_status.log",
+    conda:
+        SOFTWARE
     shell:
         "diversed data status --datasets {params.datasets} --split {params.split} --fetch"
-        " --missing {params.missing} --sandbox {SANDBOX} {params.flags} --out {output} 2> {log}"
+        " --missing {params.missing} --sandbox {params.sandbox} {params.flags} --out {output} 2> {log}"

@@ -8,6 +8,7 @@ rule decode:
     output:
         "results/decode/{dataset}/{setting}.jsonl",
     params:
+        offline=OFFLINE,
         models=model_flags(),
         n=lambda w: SETTINGS[w.setting].get("n_examples", DATA["n_examples"]),
         split=DATA["split"],
@@ -25,8 +26,10 @@ rule decode:
         gpu=GPU,
     log:
         "results/logs/decode/{dataset}/{setting}.log",
+    conda:
+        SOFTWARE
     shell:
-        "({OFFLINE} diversed --track decode decode --dataset {wildcards.dataset} --split {params.split}"
+        "({params.offline} diversed --track decode decode --dataset {wildcards.dataset} --split {params.split}"
         " --n-examples {params.n} {params.models} {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
         " --batch-size {params.batch_size} --step {params.step} --latency-examples {params.latency_examples}"
         " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"

@@ -32,6 +32,8 @@ rule train_head:
         gpu=GPU,
     log:
         "results/logs/candidates/{train_dataset}/s{seed}/r{round}.log",
+    conda:
+        SOFTWARE
     shell:
         "diversed --track train_head train-head --traces {params.traces} {params.init} --out {output.head}"
         " --device {params.device}"
@@ -49,6 +51,8 @@ rule check_head:
     output:
         head=directory("results/heads/{train_dataset}/s{seed}/r{round}"),
     params:
+        offline=OFFLINE,
+        sandbox=SANDBOX,
         traces=lambda w, input: " ".join(t.removesuffix(".done") for t in input.traces),
         models=model_flags(),
         dataset=lambda w: head_source(w.train_dataset)[0],
@@ -70,11 +74,13 @@ rule check_head:
         gpu=GPU,
     log:
         "results/logs/heads/{train_dataset}/s{seed}/r{round}.log",
+    conda:
+        SOFTWARE
     shell:
-        "({OFFLINE} diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
+        "({params.offline} diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
         " --out {output.head} --log results/checks/{wildcards.train_dataset}/s{wildcards.seed}/r{wildcards.round}.jsonl"
         " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
         " {params.partial} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " --draft-length {params.draft_length} --batch-size {params.batch_size}"
         " --confidence {params.confidence} --acceptance-value {params.value} --seed {params.seed}"
-        " {params.models} --sandbox {SANDBOX} {params.flags}) > {log} 2>&1"
+        " {params.models} --sandbox {params.sandbox} {params.flags}) > {log} 2>&1"

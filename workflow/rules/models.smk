@@ -14,5 +14,7 @@ rule prepare_models:
         src=src_hash("embedded.py", "tiny.py"),
     log:
         "results/logs/prepare_models.log",
+    conda:
+        SOFTWARE
     shell:
         "({params.tiny} diversed models prepare --target {params.target} --draft {params.draft} --dtype {params.dtype} --out {output}) > {log} 2>&1"

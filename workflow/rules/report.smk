@@ -22,5 +22,7 @@ rule tables_and_plots:
         src=src_hash("report.py", "plots.py", "bootstrap.py"),
     log:
         "results/logs/report.log",
+    conda:
+        SOFTWARE
     shell:
         "diversed --track report report --scores {input} --tables results/tables/main --plots results/plots > {log} 2>&1"

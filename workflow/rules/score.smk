@@ -7,9 +7,12 @@ rule score:
     output:
         "results/scores/{dataset}/{setting}.json",
     params:
+        offline=OFFLINE,
         flags=data_flags() + f" --sandbox {SANDBOX}",
         src=src_hash("score.py", "metrics.py", "bootstrap.py", "sandbox", "data/tasks.py"),
     log:
         "results/logs/score/{dataset}/{setting}.log",
+    conda:
+        SOFTWARE
     shell:
-        "{OFFLINE} diversed --track score score --dataset {wildcards.dataset} --in {input} --out {output} {params.flags} > {log} 2>&1"
+        "{params.offline} diversed --track score score --dataset {wildcards.dataset} --in {input} --out {output} {params.flags} > {log} 2>&1"

@@ -12,6 +12,8 @@ rule collect_traces:
     output:
         "results/traces/{train_dataset}/r{round}.done",
     params:
+        offline=OFFLINE,
+        sandbox=SANDBOX,
         models=model_flags(),
         n=HEAD["n_examples"],
         dataset=lambda w: head_source(w.train_dataset)[0],
@@ -36,10 +38,12 @@ rule collect_traces:
         gpu=GPU,
     log:
         "results/logs/traces/{train_dataset}/r{round}.log",
+    conda:
+        SOFTWARE
     shell:
-        "({OFFLINE} diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
+        "({params.offline} diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " {params.behaviour} --seed {params.seed} {params.models} --batch-size {params.batch_size}"
-        " --rollouts {params.rollouts} {params.partial} --draft-length {params.draft_length} --sandbox {SANDBOX}"
+        " --rollouts {params.rollouts} {params.partial} --draft-length {params.draft_length} --sandbox {params.sandbox}"
         " {params.flags} --quiet --replace-stale --out {params.folder}"
         " && cp {params.folder}/manifest.json {output}) > {log} 2>&1"
