@@ -6,7 +6,7 @@ earlier token is the fp32 one, the first position where the bf16 argmax differs 
 free-running bf16 greedy decode would leave the fp32 one; the per-position top-1 agreement and the
 largest |logit difference| come from the same forward. Step times (1 and k + 1 tokens on a cached
 prompt) and weight bytes per second against the read bandwidth are measured in the same process.
-On a CPU without native bf16 (``diversed.backends.cpu.onednn.native_bf16``) oneDNN emulates the bf16 kernels:
+On a CPU without native bf16 (``diversed.devices.native_bf16``) oneDNN emulates the bf16 kernels:
 the numerics are the same up to summation order, the bf16 times are not representative.
 
     python benchmarks/bf16_agreement.py --prompts 20 --out benchmarks/results/bf16-agreement.json
@@ -25,10 +25,10 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from diversed.backends.cpu.onednn import native_bf16
-from diversed.bench import read_bandwidth, step_seconds, weight_bytes
 from diversed.data import load_examples
-from diversed.models import load_model, load_tokenizer
+from diversed.devices import native_bf16
+from diversed.jobs.bench import read_bandwidth, step_seconds, weight_bytes
+from diversed.loading.models import load_model, load_tokenizer
 
 
 @torch.inference_mode()

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import torch
 
-from diversed.models import load_tokenizer
-from diversed.traces import load_traces
+from diversed.loading.models import load_tokenizer
 from diversed.training.objective import TrainConfig, head_weights
 from diversed.training.selection import split_by_prompt
+from diversed.training.traces import load_traces
 from diversed.training.trainer import train_head
 
 

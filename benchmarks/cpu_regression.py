@@ -32,8 +32,8 @@ def child(prompts: int, new_tokens: int, batch: int, dtype: str) -> dict:
     """One process's timings, from whichever ``diversed`` its ``PYTHONPATH`` names."""
     from diversed import DecodeConfig
     from diversed.data import load_examples
-    from diversed.models import prompt_ids
-    from diversed.stack import load_stack
+    from diversed.loading.models import prompt_ids
+    from diversed.loading.stack import load_stack
 
     embedded = ("embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b")
     stack = load_stack(embedded[0], embedded[1], dtype, "cpu", "none")
@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         print(case, json.dumps({k: v for k, v in cases[case].items() if k != "runs"}), flush=True)
     import torch
 
-    from diversed import bench
-    from diversed.backends.cpu.onednn import native_bf16
+    from diversed.devices import native_bf16
+    from diversed.jobs import bench
 
     record = {
         **bench.provenance(),

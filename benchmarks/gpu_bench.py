@@ -36,9 +36,10 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from diversed import DecodeConfig, Decoder, bench
+from diversed import DecodeConfig, Decoder
 from diversed.devices import device_name, timed
 from diversed.engine.cache import STEPS
+from diversed.jobs import bench
 
 # Datasheet memory bandwidth (bytes/s) by a name fragment of torch.cuda.get_device_name(); the first
 # fragment that matches wins, so the more specific ones come first.

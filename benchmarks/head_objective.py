@@ -22,9 +22,9 @@ from pathlib import Path
 
 import torch
 
-from diversed.traces import load_traces
 from diversed.training.objective import TrainConfig, head_weights
 from diversed.training.selection import split_by_prompt, validation_figures
+from diversed.training.traces import load_traces
 from diversed.training.trainer import train_head, weight_summary
 
 OBJECTIVES = {

@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 from transformers import DynamicCache
 
-from diversed import DecodeConfig, Decoder, bench
+from diversed import DecodeConfig, Decoder
 from diversed.engine import cache as cache_module
 from diversed.engine.kv import InPlaceKV
+from diversed.jobs import bench
 
 PROMPTS = [
     "def fibonacci(n):\n    ",

@@ -28,7 +28,7 @@ def one(steps: int) -> dict:
     from transformers import DynamicCache
 
     from diversed.devices import choose_dtype
-    from diversed.models import load_model
+    from diversed.loading.models import load_model
 
     dtype = choose_dtype("auto")[0]
     imported = time.perf_counter()
@@ -76,7 +76,7 @@ def main() -> None:
             print(f"{route} #{pair}: load {row['load_seconds']:.2f} s, step {row['median_step_ms']:.1f} ms")
             if pair:
                 runs.append(row)
-    from diversed.bench import provenance
+    from diversed.jobs.bench import provenance
 
     tokens = {json.dumps(r["tokens"]) for r in runs}
     record = {"runs": runs, "same_tokens": len(tokens) == 1, **provenance()}

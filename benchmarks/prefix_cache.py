@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from diversed.bench import provenance
 from diversed.devices import choose_dtype
+from diversed.jobs.bench import provenance
 
 TARGET, DRAFT = "embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b"
 CASES: dict[str, list[str]] = {
@@ -125,7 +125,7 @@ def prefix_memory(tokens: int, dtype_bytes: int) -> dict[str, float]:
     """MiB the prefix's KV holds per model: layers x (K and V) x KV heads x head dim x tokens."""
     from transformers import AutoConfig
 
-    from diversed.models import resolve
+    from diversed.loading.models import resolve
 
     memory = {}
     for name in (TARGET, DRAFT):

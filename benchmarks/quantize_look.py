@@ -50,11 +50,12 @@ from bf16_agreement import compare, greedy, summarise, teacher_forced
 from torch import nn
 from transformers import DynamicCache
 
-from diversed.backends.cpu.onednn import native_bf16, use_onednn_linear
+from diversed.backends.cpu.onednn import use_onednn_linear
 from diversed.backends.cpu.quantize import fp16_linear, pack_fp16
-from diversed.bench import DEFAULT_PROMPTS
 from diversed.data import load_examples
-from diversed.models import load_model, load_tokenizer
+from diversed.devices import native_bf16
+from diversed.jobs.bench import DEFAULT_PROMPTS
+from diversed.loading.models import load_model, load_tokenizer
 
 ACTIVATION_LEVELS = 63  # 7 bits, zero point 64: |x / scale| <= 63 keeps u8 x s8 pairs below 2**15
 ROUTES = ("fp32", "fp16", "w8", "w8a7", "w8a7-smooth")

@@ -60,7 +60,7 @@ def main() -> None:
     rows = []
     try:
         if args.convert:
-            from diversed.embedded import cache_dir
+            from diversed.files import cache_dir
 
             scratch = work / "cache"
             scratch.mkdir()
@@ -163,8 +163,8 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    from diversed.bench import provenance
     from diversed.devices import choose_dtype
+    from diversed.jobs.bench import provenance
 
     record = {"stages": rows, "dtype": "auto -> {} ({})".format(*choose_dtype("auto")), **provenance()}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -26,8 +26,8 @@ from diversed.devices import choose_dtype
 from diversed.engine.cache import RaggedCache
 from diversed.engine.loop import Decoder
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
-from diversed.models import eos_ids, load_pair, load_tokenizer
-from diversed.traces import TraceJob, behaviour_config
+from diversed.jobs.traces import TraceJob, behaviour_config
+from diversed.loading.models import eos_ids, load_pair, load_tokenizer
 
 
 @torch.inference_mode()

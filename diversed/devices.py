@@ -50,6 +50,15 @@ def device_name(device: str) -> str:
     return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
 
 
+def native_bf16() -> str | None:
+    """The CPU feature that gives native bf16 dot products (AMX or avx512_bf16), or None."""
+    if torch.cpu._is_amx_tile_supported():
+        return "AMX"
+    if torch.cpu._is_avx512_bf16_supported():
+        return "avx512_bf16"
+    return None
+
+
 def choose_dtype(name: str, device: str = "cpu") -> tuple[str, str]:
     """The dtype to run in, and why: ``auto`` is bf16 where ``device`` has native bf16 arithmetic,
     fp16 on older GPUs, fp32 on CPUs without it."""
@@ -62,8 +71,6 @@ def choose_dtype(name: str, device: str = "cpu") -> tuple[str, str]:
         if torch.cuda.is_bf16_supported(including_emulation=False):
             return "bfloat16", f"{gpu} computes in bf16"
         return "float16", f"{gpu} has no native bf16 (compute capability < 8.0)"
-    from diversed.backends.cpu.onednn import native_bf16
-
     feature = native_bf16()
     if feature:
         return "bfloat16", f"the CPU has native bf16 dot products ({feature})"

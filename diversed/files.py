@@ -8,6 +8,7 @@ without its newline) may be dropped.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,12 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from diversed.data import DataError
+
+
+def cache_dir() -> Path:
+    """Where diversed keeps what it builds once per machine (models, packed weights):
+    ``$DIVERSED_CACHE``, else ``~/.cache/diversed``."""
+    return Path(os.environ.get("DIVERSED_CACHE", Path.home() / ".cache" / "diversed"))
 
 
 def parse_line(path: Path, number: int, raw: bytes | str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ replaces the linear layer (``hidden`` > 0), with the same start.
 An option beyond the paper (``signals``): the verifier's own per-position signals, TV(p, q) and
 both models' entropies (:data:`SIGNALS`), join the hidden states as inputs. A linear head cannot
 compute them from the hidden states (each is a nonlinear function of both models' logits), and
-they are what the training-free gates threshold on (:mod:`diversed.gates`), so a head with them can
+they are what the training-free gates threshold on (:mod:`diversed.evaluation.gates`), so a head with them can
 express those gates and any blend of them with context. They enter standardised by the training
 traces' mean and std (kept in the head) and scaled by sqrt(input width): under Adam every input
 weight moves about lr per step, and a direction of the hidden states sums about sqrt(width) of

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from diversed.tiny import tiny_pair, tiny_tokenizer, write_tiny_pair
+from diversed.loading.tiny import tiny_pair, tiny_tokenizer, write_tiny_pair
 
 
 @pytest.fixture(scope="session", autouse=True)

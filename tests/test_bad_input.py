@@ -14,9 +14,9 @@ import yaml
 from diversed.cli import main
 from diversed.config import DTYPES, QUANTIZE, ConfigError
 from diversed.engine.cache import STEPS
-from diversed.grid import expand
-from diversed.traces import TraceJob
-from diversed.workflow_config import validate_config
+from diversed.jobs.traces import TraceJob
+from diversed.pipeline.grid import expand
+from diversed.pipeline.workflow_config import validate_config
 
 
 def decode(model_dirs, out, *extra: str) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diversed import bootstrap
+from diversed.evaluation import bootstrap
 
 
 def example_rows(quality, accepted=None, drafted=None):

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from diversed.cli import main
-from diversed.frontier import POWER_FACTOR
+from diversed.evaluation.frontier import POWER_FACTOR
 from diversed.head import EnsembleHead, load_head, save_head
-from diversed.tiny import write_tiny_pair
-from diversed.training.check import CheckJob, check_head, trained_prompts, verdict
+from diversed.jobs.check import CheckJob, check_head, trained_prompts, verdict
+from diversed.loading.tiny import write_tiny_pair
 
 
 def _rows(arm: str, rewards: list[float], accepted: int, prompts: int = 8) -> list[dict]:
@@ -135,7 +135,7 @@ def test_an_interrupted_check_resumes_from_its_log(traced, cnndm_data, tmp_path,
     def refuse(*args, **kwargs):
         raise AssertionError("a finished check loaded the models again")
 
-    monkeypatch.setattr("diversed.stack.load_stack", refuse)
+    monkeypatch.setattr("diversed.loading.stack.load_stack", refuse)
     assert _check(traced, cnndm_data, tmp_path, -5.0)[0] == first
 
 
@@ -149,7 +149,7 @@ def test_an_untrained_head_needs_no_rollouts_and_says_it_is_static_half(
     def refuse(*args, **kwargs):
         raise AssertionError("nothing to check, yet the models were loaded")
 
-    monkeypatch.setattr("diversed.stack.load_stack", refuse)
+    monkeypatch.setattr("diversed.loading.stack.load_stack", refuse)
     job = CheckJob("cnndm", str(target), str(draft), n_examples=3)
     record = check_head(candidate, tmp_path / "kept", [traces], job, data_dir=cnndm_data, allow_hub=False)
     assert record["rollouts"] == 0 and "static w = 0.5" in record["verdict"]

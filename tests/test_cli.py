@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from diversed.cli import main
-from diversed.tiny import tiny_model, tiny_tokenizer
+from diversed.loading.tiny import tiny_model, tiny_tokenizer
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from test_workflow import copy_workflow
 
-from diversed.workflow_config import validate_config
+from diversed.pipeline.workflow_config import validate_config
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -207,11 +207,11 @@ def test_several_gpus_per_job_are_refused_in_one_line():
 
 
 def test_config_readme_documents_every_key_as_the_schema_says():
-    from diversed.workflow_config import reference
+    from diversed.pipeline.workflow_config import reference
 
     expected = reference(SCHEMA)
     assert (REPO / "config" / "README.md").read_text() == expected, (
-        'config/README.md is stale: python -c "from diversed.workflow_config import reference;'
+        'config/README.md is stale: python -c "from diversed.pipeline.workflow_config import reference;'
         " open('config/README.md', 'w').write(reference('workflow/schemas/config.schema.yaml'))\""
     )
     schema = yaml.safe_load(SCHEMA.read_text())

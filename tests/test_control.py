@@ -11,11 +11,11 @@ import torch
 
 from diversed import DecodeConfig, Decoder
 from diversed.cli import main
-from diversed.control import DigitOracle, apply_draft_transform, digit_ids, digit_swap_permutation
-from diversed.decode_dataset import DecodeJob
-from diversed.stack import load_stack
-from diversed.tiny import tiny_pair
-from diversed.weights import token_class, weight_statistics
+from diversed.evaluation.weights import token_class, weight_statistics
+from diversed.jobs.decode import DecodeJob
+from diversed.loading.control import DigitOracle, apply_draft_transform, digit_ids, digit_swap_permutation
+from diversed.loading.stack import load_stack
+from diversed.loading.tiny import tiny_pair
 
 
 def test_digit_swap_permutes_the_digit_logits_of_the_draft_and_nothing_else(tokenizer):

@@ -10,7 +10,7 @@ from diversed.backends.cpu import onednn as cpu
 from diversed.backends.cpu import quantize
 from diversed.backends.cpu.onednn import _file_mappings, available, use_onednn_linear
 from diversed.backends.cpu.quantize import use_fp16_weights
-from diversed.tiny import tiny_model, write_tiny_pair
+from diversed.loading.tiny import tiny_model, write_tiny_pair
 
 pytestmark = pytest.mark.skipif(not available(), reason="this torch has no oneDNN linear kernels")
 IDS = torch.tensor([[5, 17, 3, 42, 8, 23]])

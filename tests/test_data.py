@@ -208,7 +208,7 @@ def test_a_split_smaller_than_asked_says_so_and_is_not_padded(cnndm_dir, capsys)
 
 
 def test_tables_name_the_task_each_head_learned_on_without_splitting_its_row():
-    from diversed.report import head_note, head_source, setting_label
+    from diversed.evaluation.report import head_note, head_source, setting_label
 
     base = {"method": "diversed", "num_assistant_tokens": 4, "temperature": 1.0, "dataset": "humaneval"}
     assert head_source({**base, "head": "results/heads/mbpp"}) == "mbpp"
@@ -228,7 +228,7 @@ def test_tables_name_the_task_each_head_learned_on_without_splitting_its_row():
 
 
 def test_a_head_kept_outside_results_is_named_by_the_task_its_card_records(tmp_path):
-    from diversed.report import head_source
+    from diversed.evaluation.report import head_source
 
     kept = tmp_path / "docs" / "heads" / "lambda-1.5"
     kept.mkdir(parents=True)
@@ -240,7 +240,7 @@ def test_a_head_kept_outside_results_is_named_by_the_task_its_card_records(tmp_p
 
 
 def test_doctor_reports_each_local_split_it_finds(cnndm_dir, capsys):
-    from diversed.doctor import run_doctor
+    from diversed.pipeline.doctor import run_doctor
 
     run_doctor(str(cnndm_dir))
     line = next(x for x in capsys.readouterr().out.splitlines() if "dataset cnndm" in x)

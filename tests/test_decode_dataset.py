@@ -127,7 +127,7 @@ def test_score_reports_quality_and_efficiency(model_dirs, tmp_path, capsys):
 
 def test_score_of_canonical_answers_is_perfect(tmp_path, canonical_decode_file):
     """Scoring path check: feeding the references as predictions gives pass@1 = 100."""
-    from diversed.score import score_file
+    from diversed.evaluation.score import score_file
 
     path = canonical_decode_file(5)
     result = score_file("humaneval", path, tmp_path / "m.json")
@@ -150,7 +150,7 @@ def test_batched_decode_equals_batch_one_and_times_its_latency_subset(model_dirs
     assert [r["token_ids"] for r in a] == [r["token_ids"] for r in b]
     assert [r["batch"]["size"] for r in b] == [1, 1, 3, 3, 3]
     assert [r["stats"]["batch_size"] for r in b] == [1, 1, 3, 3, 3]
-    from diversed.score import efficiency
+    from diversed.evaluation.score import efficiency
 
     figures = efficiency(b)
     assert figures["latency_examples"] == 2 and figures["batch_size"] == 3
@@ -160,7 +160,7 @@ def test_batched_decode_equals_batch_one_and_times_its_latency_subset(model_dirs
 
 def test_batches_after_the_latency_subset_go_in_order_of_prompt_length():
     """Least left padding: rows of similar prompt length share a batch (ties by example order)."""
-    from diversed.decode_dataset import plan_batches
+    from diversed.jobs.decode import plan_batches
 
     todo = [(i, None) for i in range(7)]
     lengths = {0: 50, 1: 10, 2: 30, 3: 5, 4: 30, 5: 90, 6: 20}

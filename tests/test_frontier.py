@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diversed.frontier import POWER_FACTOR, above_frontier, envelope_at, hull
+from diversed.evaluation.frontier import POWER_FACTOR, above_frontier, envelope_at, hull
 
 CONVEX = ([0.6, 0.7, 0.8, 0.9], [36.0, 20.0, 20.0, 17.5])  # the natural pair's GSM8K shape
 CONCAVE = ([0.6, 0.8, 0.9], [30.0, 29.0, 20.0])

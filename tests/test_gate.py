@@ -112,7 +112,7 @@ def test_a_gate_between_the_ends_is_neither(pair, tokenizer):
 
 
 def test_the_grid_names_a_gate_by_its_signal_and_threshold():
-    from diversed.grid import expand
+    from diversed.pipeline.grid import expand
 
     names = expand(
         [{"method": "gate", "gate": ["tv", "entropy"], "gate_threshold": [0.1, 2]}], [4], [1.0], {}

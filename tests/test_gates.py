@@ -1,10 +1,10 @@
-"""Choosing gate thresholds from recorded signals (diversed.gates): closed forms and limits."""
+"""Choosing gate thresholds from recorded signals (diversed.evaluation.gates): closed forms and limits."""
 
 from __future__ import annotations
 
 import pytest
 
-from diversed.gates import block_acceptance, predicted_acceptance, threshold_for, threshold_table
+from diversed.evaluation.gates import block_acceptance, predicted_acceptance, threshold_for, threshold_table
 from diversed.methods import GateSignal
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from diversed.config import ConfigError
-from diversed.grid import cli_flags, expand
+from diversed.pipeline.grid import cli_flags, expand
 
 
 def test_an_entry_with_its_own_temperature_replaces_the_global_ones():

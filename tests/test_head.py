@@ -14,8 +14,8 @@ from diversed.cli import main
 from diversed.data import DataError
 from diversed.data.tasks import CNNDM
 from diversed.head import SIGNALS, EnsembleHead, HeadError, load_head, save_head
-from diversed.tiny import write_tiny_pair
-from diversed.traces import TraceJob, Trajectory, read_manifest
+from diversed.jobs.traces import TraceJob, read_manifest
+from diversed.loading.tiny import write_tiny_pair
 from diversed.training.objective import TrainConfig, group_advantages, head_weights, resolve_baseline
 from diversed.training.selection import (
     choose,
@@ -25,6 +25,7 @@ from diversed.training.selection import (
     split_by_prompt,
     validation_figures,
 )
+from diversed.training.traces import Trajectory
 from diversed.training.trainer import select_head, train_head
 
 
@@ -450,7 +451,7 @@ def test_group_advantage_is_reward_minus_the_other_rollouts_mean():
 
 def test_partial_credit_is_the_share_of_asserts_passed_and_pass_fail_stays_the_default():
     from diversed.data import Example
-    from diversed.traces import task_reward
+    from diversed.evaluation.metrics import task_reward
 
     record = {
         "task_id": 1,

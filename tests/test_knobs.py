@@ -11,7 +11,7 @@ import pytest
 
 from diversed.cli import build_parser
 from diversed.config import ConfigError, DecodeConfig, add_knob_flags, decoding_schema, knob, schema_of
-from diversed.grid import cli_flags
+from diversed.pipeline.grid import cli_flags
 
 
 def extended() -> type:
@@ -61,7 +61,7 @@ def test_schema_cli_and_grid_come_from_the_same_declarations():
     ],
 )
 def test_cli_and_workflow_refuse_the_same_values_with_the_same_words(values, message, capsys):
-    from diversed.grid import expand
+    from diversed.pipeline.grid import expand
 
     with pytest.raises(ConfigError, match=message):
         DecodeConfig.from_dict(values)

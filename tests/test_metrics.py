@@ -6,7 +6,7 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer
 
-from diversed.metrics import accuracy, bleu, pass_at_1, rouge
+from diversed.evaluation.metrics import accuracy, bleu, pass_at_1, rouge
 
 PREDICTIONS = ["the cat sat on the mat", "a quick brown fox jumped", "rain is expected tomorrow in the north"]
 REFERENCES = ["a cat was sitting on the mat", "the quick brown fox jumps", "tomorrow rain in northern areas"]

@@ -10,8 +10,8 @@ import torch
 from diversed.backends.cpu import onednn as cpu
 from diversed.backends.cpu import packed_store
 from diversed.backends.cpu.packed_store import PackedStore
-from diversed.models import load_model
-from diversed.tiny import write_tiny_pair
+from diversed.loading.models import load_model
+from diversed.loading.tiny import write_tiny_pair
 
 pytestmark = pytest.mark.skipif(
     not (cpu.available() and packed_store.supported()), reason="this torch cannot read packed weights"

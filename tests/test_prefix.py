@@ -21,8 +21,8 @@ from diversed.cli import main
 from diversed.data import TASKS
 from diversed.data.tasks import CNNDM
 from diversed.engine.prefix import SharedPrefix
-from diversed.models import prompt_ids, shared_prefix
-from diversed.tiny import write_tiny_pair
+from diversed.loading.models import prompt_ids, shared_prefix
+from diversed.loading.tiny import write_tiny_pair
 
 PREFIX = "Question: 2+2?\nAnswer: 4\n\nQuestion: 3*3?\nAnswer: 9\n\nQuestion: "
 SUFFIXES = ["7-5?\nAnswer:", "a much longer question, 12*12?\nAnswer:", "", "8/2?\nAnswer:"]

@@ -9,8 +9,8 @@ import re
 import torch
 
 from diversed.config import DecodeConfig
-from diversed.decode_dataset import DecodeJob
 from diversed.head import EnsembleHead, save_head
+from diversed.jobs.decode import DecodeJob
 from diversed.provenance import commit, head_sha256
 
 

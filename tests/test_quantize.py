@@ -14,9 +14,9 @@ from torch import nn
 from diversed import DecodeConfig, Decoder
 from diversed.backends.cpu import quantize
 from diversed.backends.cpu.quantize import choose_quantize, use_fp16_weights
-from diversed.bench import weight_bytes
 from diversed.cli import main
-from diversed.tiny import tiny_model, tiny_pair
+from diversed.jobs.bench import weight_bytes
+from diversed.loading.tiny import tiny_model, tiny_pair
 
 pytestmark = pytest.mark.skipif(not quantize.available(), reason="this torch has no fbgemm fp16 kernels")
 IDS = torch.tensor([[5, 17, 3, 42, 8, 23, 61, 9]])

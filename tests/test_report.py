@@ -5,8 +5,8 @@ from __future__ import annotations
 import matplotlib
 import pytest
 
-from diversed.comparisons import static_sweep
-from diversed.plots import _pareto_panel, _reference_band
+from diversed.evaluation.comparisons import static_sweep
+from diversed.evaluation.plots import _pareto_panel, _reference_band
 
 matplotlib.use("Agg")
 
@@ -70,7 +70,7 @@ def test_settings_that_share_a_marker_are_each_named_above_their_point():
 
 
 def test_a_diversed_setting_is_compared_with_the_static_cell_at_its_own_mean_w():
-    from diversed.comparisons import versus_matched_static
+    from diversed.evaluation.comparisons import versus_matched_static
 
     def cell(method: str, w: float | None, passed: int, w_test: float | None = None) -> dict:
         examples = [
@@ -108,7 +108,7 @@ def test_a_diversed_setting_is_compared_with_the_static_cell_at_its_own_mean_w()
 def test_the_paired_table_shares_its_quality_columns_across_metrics():
     """GSM8K (accuracy) and MBPP (pass@1) in one table: one set of quality columns, the metric named
     in its own column, no empty cells where the other dataset's metric would have been."""
-    from diversed.report import paired_table
+    from diversed.evaluation.report import paired_table
 
     def compared(dataset: str, name: str) -> dict:
         diff = {"n": 200, "quality": -2.0, "quality_ci": [-5.0, 1.0], "acceptance_rate": 0.1}
@@ -130,7 +130,7 @@ def test_a_rule_is_judged_against_the_static_frontier_not_the_neighbour_line():
     """A convex static curve (sd 36 at acceptance 0.6, w = 0.75 20 at 0.7, w = 0.5 20 at 0.8, w = 0
     15 at 0.9): a rule at acceptance 0.78 scoring 30 lies +10 above the neighbour line but only
     +5.33 above the envelope, the chord from sd to w = 0; one at 0.95 gets no number."""
-    from diversed.comparisons import versus_static_curve, versus_static_frontier
+    from diversed.evaluation.comparisons import versus_static_curve, versus_static_frontier
 
     def cell(method: str, w: float | None, acceptance: float, quality: float) -> dict:
         examples = [

@@ -210,7 +210,7 @@ def test_strict_refuses_what_the_machine_cannot_give():
 
 
 def test_the_scorer_says_once_what_is_missing(tmp_path, capsys, monkeypatch):
-    from diversed import score
+    from diversed.evaluation import score
 
     calls = []
 

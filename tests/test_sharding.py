@@ -11,8 +11,11 @@ from pathlib import Path
 import pytest
 
 from diversed.config import DecodeConfig
-from diversed.decode_dataset import DecodeJob, merge_shards, run_decode, shard_path
-from diversed.tiny import write_tiny_pair
+from diversed.jobs.decode import DecodeJob, merge_shards, run_decode, shard_path
+from diversed.jobs.runner import RunOptions
+from diversed.loading.tiny import write_tiny_pair
+
+QUIET = RunOptions(progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +30,10 @@ def records(path: Path) -> list[tuple[str, list[int]]]:
 
 
 def test_shards_merge_into_the_single_process_result(job, tmp_path):
-    single = run_decode(job, tmp_path / "single.jsonl", progress=False)
+    single = run_decode(job, tmp_path / "single.jsonl", QUIET)
     out = tmp_path / "sharded.jsonl"
     for rank in range(2):
-        run_decode(job, out, progress=False, shard=(rank, 2))
+        run_decode(job, out, QUIET, shard=(rank, 2))
     assert len(records(shard_path(out, 0, 2))) == 3 and len(records(shard_path(out, 1, 2))) == 2
     merge_shards(job, out, 2)
     assert records(out) == records(single)  # same order, same tokens (each example has its own seed)
@@ -39,7 +42,7 @@ def test_shards_merge_into_the_single_process_result(job, tmp_path):
 
 def test_merge_refuses_incomplete_shards(job, tmp_path):
     out = tmp_path / "part.jsonl"
-    run_decode(job, out, progress=False, shard=(0, 2))
+    run_decode(job, out, QUIET, shard=(0, 2))
     with pytest.raises(ValueError, match="in no shard"):
         merge_shards(job, out, 2)
 
@@ -70,5 +73,5 @@ def test_accelerate_launch_with_two_cpu_processes(job, tmp_path):
     ]
     done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    single = run_decode(job, tmp_path / "single.jsonl", progress=False)
+    single = run_decode(job, tmp_path / "single.jsonl", QUIET)
     assert records(out) == records(single)

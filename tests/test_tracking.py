@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from diversed import tracking
 from diversed.cli import main
+from diversed.pipeline import tracking
 
 
 def test_broken_tracking_store_only_warns(tmp_path, monkeypatch, capfd, canonical_decode_file):
@@ -46,7 +46,7 @@ def test_job_runs_end_finished_failed_or_killed_and_start_when_the_job_did(tmp_p
         raise RuntimeError("the job failed")
     # a job killed outright: its pipe closes without an end
     process = subprocess.Popen(
-        [sys.executable, "-m", "diversed.tracking", "traces", str(root), str(before)],
+        [sys.executable, "-m", "diversed.pipeline.tracking", "traces", str(root), str(before)],
         stdin=subprocess.PIPE,
         text=True,
     )

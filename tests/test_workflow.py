@@ -205,11 +205,30 @@ def test_changed_param_reruns_dependents_only(workdir):
     assert "prepare_models" not in jobs and "collect_traces" not in jobs and "train_head" not in jobs
 
 
+def test_a_grown_cell_decodes_only_its_new_examples(workdir, tmp_path):
+    """n_examples 2 -> 3: the decode job adopts the two rows it has (their batch timings unchanged,
+    so they were not decoded again) and decodes the third; the other cells are not touched."""
+    grown = shutil.copytree(workdir, tmp_path / "wf")  # the module's workdir stays as it was
+    cell = "results/decode/humaneval/sd-k3-T0.jsonl"
+    before = [json.loads(line) for line in (grown / cell).read_text().splitlines()]
+
+    def more(config):
+        config["data"]["n_examples"] = 3
+
+    snakemake(grown, "--configfile", write_config(grown, "more.yaml", more), "--cores", "2", cell)
+    after = [json.loads(line) for line in (grown / cell).read_text().splitlines()]
+    assert len(before) == 2 and len(after) == 3
+    assert [(r["id"], r["batch"], r["token_ids"]) for r in after[:2]] == [
+        (r["id"], r["batch"], r["token_ids"]) for r in before
+    ]
+    assert {r["settings"]["n_examples"] for r in after} == {3}
+
+
 @pytest.mark.parametrize(
     ("module", "expected"),
     [
-        ("report.py", {"tables_and_plots": 1, "all": 1}),
-        ("metrics.py", {"score": None, "tables_and_plots": 1, "all": 1}),
+        ("evaluation/report.py", {"tables_and_plots": 1, "all": 1}),
+        ("evaluation/metrics.py", {"score": None, "tables_and_plots": 1, "all": 1}),
     ],
 )
 def test_library_change_reruns_the_rules_that_use_it(workdir, module, expected):
@@ -273,7 +292,7 @@ def test_every_job_is_a_finished_child_run_on_the_mlflow_server(workdir, mlflow_
 
 
 def test_a_job_that_could_not_log_is_counted_and_printed(tmp_path, monkeypatch):
-    from diversed import tracking
+    from diversed.pipeline import tracking
 
     root = tmp_path / "mlflow"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store.db'}")

@@ -63,7 +63,7 @@ def resolve_choices(args: argparse.Namespace) -> None:
 def run_tracked(args: argparse.Namespace) -> int:
     """Run the command inside an MLflow child run: its flags as params, its JSON output as metrics.
     The run's process starts first, so that it opens the store while this one imports torch."""
-    from diversed.tracking import job_run
+    from diversed.pipeline.tracking import job_run
 
     with job_run(args.track) as run:
         resolve_choices(args)
@@ -75,11 +75,11 @@ def run_tracked(args: argparse.Namespace) -> int:
         if out is not None and out.suffix == ".json" and out.is_file():
             run.metrics(json.loads(out.read_text()))
         if out is not None and ".jsonl" in out.suffixes and out.is_file():  # a decode job: its efficiency
-            from diversed.score import efficiency, read_records
+            from diversed.evaluation.score import efficiency, read_records
 
             run.metrics(efficiency(read_records(out)))
         if out is not None and (out / "manifest.json").is_file():  # a trace collection: its summary
-            from diversed.traces import collection_figures
+            from diversed.training.traces import collection_figures
 
             run.metrics(collection_figures(out))
             run.artifact(out / "manifest.json")  # the sequences' tensors (GBs) stay on disk

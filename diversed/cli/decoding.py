@@ -20,14 +20,15 @@ from diversed.cli.flags import (
     check_step_device,
     decode_config,
     from_args,
+    run_options,
 )
 from diversed.config import DTYPES, QUANTIZE, ConfigError, DecodeConfig
 from diversed.methods import Method
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from diversed.models import prompt_ids
-    from diversed.stack import load_stack
+    from diversed.loading.models import prompt_ids
+    from diversed.loading.stack import load_stack
 
     config = decode_config(args)
     check_method_inputs(config, args)
@@ -57,8 +58,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def matched_config(config: DecodeConfig, path: str) -> DecodeConfig:
     """``static`` at the mean weight a DIVERSED head put on the tokens of a decode file: the fixed
     weight that head is to beat (the same w on average, spent evenly instead of per token)."""
+    from diversed.evaluation.weights import matched_weight
     from diversed.files import read_jsonl
-    from diversed.weights import matched_weight
 
     if config.method is not Method.STATIC:
         raise ConfigError(f"--target-weight-from sets a static weight; method is {config.method.value}")
@@ -69,7 +70,7 @@ def matched_config(config: DecodeConfig, path: str) -> DecodeConfig:
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
-    from diversed.decode_dataset import DecodeJob, run_decode
+    from diversed.jobs.decode import DecodeJob, run_decode
 
     config = decode_config(args)
     check_method_inputs(config, args)
@@ -84,15 +85,11 @@ def cmd_decode(args: argparse.Namespace) -> int:
             run_decode(
                 job,
                 args.out,
+                run_options(args),
                 args.data_dir,
                 not args.no_hub,
-                args.device,
-                not args.quiet,
-                attn_implementation=args.attn_implementation,
-                batch_size=args.batch_size,
                 latency_examples=args.latency_examples,
-                prefix_cache=args.prefix_cache == "on",
-                step=args.step,
+                replace_stale=args.replace_stale,
             )
         )
         return 0
@@ -100,24 +97,20 @@ def cmd_decode(args: argparse.Namespace) -> int:
     # after a barrier the first process merges the shards into --out.
     from accelerate import PartialState
 
-    from diversed.decode_dataset import merge_shards
+    from diversed.jobs.decode import merge_shards
 
     state = PartialState()
-    device = str(state.device)
     shard = (state.process_index, state.num_processes)
+    options = replace(run_options(args), device=str(state.device), progress=False)
     run_decode(
         job,
         args.out,
+        options,
         args.data_dir,
         not args.no_hub,
-        device,
-        False,
         shard,
-        args.attn_implementation,
-        args.batch_size,
         args.latency_examples,
-        args.prefix_cache == "on",
-        args.step,
+        args.replace_stale,
     )
     state.wait_for_everyone()
     if state.is_main_process:
@@ -126,7 +119,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from diversed.bench import BenchSpec, run_bench
+    from diversed.jobs.bench import BenchSpec, run_bench
 
     spec = from_args(
         BenchSpec,
@@ -171,7 +164,16 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
     dec.add_argument(
         "--chat", action="store_true", help="wrap prompts in the chat template (default raw text)"
     )
-    dec.add_argument("--out", required=True, help="JSONL file; rerun with the same arguments to resume")
+    dec.add_argument(
+        "--out",
+        required=True,
+        help="JSONL file; rerun with the same arguments to resume, or with more examples to grow it",
+    )
+    dec.add_argument(
+        "--replace-stale",
+        action="store_true",
+        help="start --out over when it holds another setting's records, instead of refusing (the workflow)",
+    )
     dec.add_argument("--quiet", action="store_true", help="no progress bar")
     dec.add_argument("--head", help="trained ensemble head folder (method diversed)")
     dec.add_argument(

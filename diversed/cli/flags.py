@@ -15,8 +15,8 @@ from diversed.config import (
     add_knob_flags,
     check_range,
 )
-from diversed.control import DRAFT_TRANSFORMS
 from diversed.engine.cache import STEPS
+from diversed.loading.control import DRAFT_TRANSFORMS
 from diversed.methods import Method, parse_method
 
 
@@ -44,7 +44,7 @@ def add_model_flags(parser: argparse.ArgumentParser, draft_required: bool = Fals
         "--draft-transform",
         choices=DRAFT_TRANSFORMS,
         help="study option, never a default: damage the draft for a positive control (digit_swap: the"
-        " draft's digit logits permuted 0<->1, 2<->3, ...; see diversed/control.py)",
+        " draft's digit logits permuted 0<->1, 2<->3, ...; see diversed/loading/control.py)",
     )
     add_device_flag(parser)
     parser.add_argument(
@@ -124,6 +124,21 @@ def check_step_device(args: argparse.Namespace) -> None:
     ``args.device`` is already resolved (``auto`` -> ``cuda`` or ``cpu``) by the CLI's main."""
     if args.step == "graphs" and not str(args.device).startswith("cuda"):
         raise ConfigError(f"--step graphs replays CUDA graphs: it needs --device cuda, not {args.device!r}")
+
+
+def run_options(args: argparse.Namespace) -> Any:
+    """How a command runs its models over a dataset (:class:`diversed.jobs.runner.RunOptions`), from
+    the flags it has: device, batch size, prefix cache, step, progress bar, attention."""
+    from diversed.jobs.runner import RunOptions
+
+    return RunOptions(
+        device=args.device,
+        batch_size=args.batch_size,
+        prefix_cache=args.prefix_cache == "on",
+        step=getattr(args, "step", "eager"),
+        progress=not getattr(args, "quiet", False),
+        attn_implementation=getattr(args, "attn_implementation", None),
+    )
 
 
 def add_prefix_flag(parser: argparse.ArgumentParser) -> None:

@@ -9,8 +9,8 @@ from diversed.cli.flags import add_data_flags, add_sandbox_flag
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    from diversed.evaluation.score import score_file
     from diversed.sandbox import parse_mode
-    from diversed.score import score_file
 
     mode = parse_mode(args.sandbox)
     result = score_file(args.dataset, args.input, args.out, args.data_dir, not args.no_hub, mode)
@@ -20,8 +20,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from diversed.plots import write_plots
-    from diversed.report import load_scores, write_tables
+    from diversed.evaluation.plots import write_plots
+    from diversed.evaluation.report import load_scores, write_tables
 
     rows = load_scores(args.scores)
     for path in write_tables(rows, args.tables) + write_plots(rows, args.plots):
@@ -32,8 +32,8 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_gate_thresholds(args: argparse.Namespace) -> int:
+    from diversed.evaluation.gates import threshold_table
     from diversed.files import read_jsonl
-    from diversed.gates import threshold_table
 
     table = threshold_table(read_jsonl(args.decode), args.acceptance, args.num_assistant_tokens)
     print(

@@ -72,7 +72,7 @@ def _gb(n: int) -> str:
 
 
 def cmd_models_fetch(args: argparse.Namespace) -> int:
-    from diversed.embedded import PAIR, fetch, plan
+    from diversed.loading.embedded import PAIR, fetch, plan
 
     for name in args.names or PAIR:
         steps = plan(name, args.dtype)
@@ -85,7 +85,7 @@ def cmd_models_fetch(args: argparse.Namespace) -> int:
 
 def cmd_models_clean(args: argparse.Namespace) -> int:
     from diversed.devices import choose_dtype
-    from diversed.embedded import EMBEDDED, cache_dir, clean, folder_bytes
+    from diversed.loading.embedded import EMBEDDED, cache_dir, clean, folder_bytes
 
     dtype = choose_dtype("auto", "cpu")[0]
     before = folder_bytes(cache_dir())
@@ -96,8 +96,8 @@ def cmd_models_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_models_prepare(args: argparse.Namespace) -> int:
-    from diversed.embedded import fetch, is_embedded
-    from diversed.models import download
+    from diversed.loading.embedded import fetch, is_embedded
+    from diversed.loading.models import download
 
     ready = {}
     for role, name in (("target", args.target), ("draft", args.draft)):
@@ -109,7 +109,7 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from diversed.embedded import EMBEDDED, PREFIX, cache_dir, folder_bytes, model_dir, stored
+    from diversed.loading.embedded import EMBEDDED, PREFIX, cache_dir, folder_bytes, model_dir, stored
 
     for name, model in EMBEDDED.items():
         have = stored(PREFIX + name)
@@ -126,7 +126,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
 
 
 def cmd_models_tiny(args: argparse.Namespace) -> int:
-    from diversed.tiny import write_tiny_pair
+    from diversed.loading.tiny import write_tiny_pair
 
     target, draft = write_tiny_pair(args.out, seed=args.seed)
     print(json.dumps({"target": str(target), "draft": str(draft)}))
@@ -134,7 +134,7 @@ def cmd_models_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from diversed.doctor import run_doctor
+    from diversed.pipeline.doctor import run_doctor
 
     return run_doctor(args.data_dir, args.device)
 
@@ -234,7 +234,7 @@ def add_doctor(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_stage_times(args: argparse.Namespace) -> int:
-    from diversed.tracking import stage_times
+    from diversed.pipeline.tracking import stage_times
 
     print(json.dumps(stage_times(Path(args.store)), indent=2))
     return 0

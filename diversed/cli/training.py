@@ -12,29 +12,23 @@ from diversed.cli.flags import (
     add_model_flags,
     add_prefix_flag,
     add_sandbox_flag,
+    add_step_flag,
     add_stop_flag,
+    check_step_device,
     from_args,
+    run_options,
 )
 from diversed.sandbox import parse_mode
 
 
 def cmd_collect_traces(args: argparse.Namespace) -> int:
-    from diversed.traces import TraceJob, collect_traces
+    from diversed.jobs.traces import TraceJob, collect_traces
 
     job = from_args(
         TraceJob, args, behaviour_weights=tuple(args.behaviour_weights), sandbox=parse_mode(args.sandbox)
     )
-    out = collect_traces(
-        job,
-        args.out,
-        args.data_dir,
-        not args.no_hub,
-        args.device,
-        not args.quiet,
-        batch_size=args.batch_size,
-        replace_stale=args.replace_stale,
-        prefix_cache=args.prefix_cache == "on",
-    )
+    check_step_device(args)
+    out = collect_traces(job, args.out, run_options(args), args.data_dir, not args.no_hub, args.replace_stale)
     print(out)
     return 0
 
@@ -63,19 +57,19 @@ def cmd_train_head(args: argparse.Namespace) -> int:
 
 
 def cmd_check_head(args: argparse.Namespace) -> int:
+    from diversed.jobs.check import CheckJob, check_head
     from diversed.training import plot_weight_histogram
-    from diversed.training.check import CheckJob, check_head
 
+    check_step_device(args)
     record = check_head(
         args.candidate,
         args.out,
         args.traces,
         from_args(CheckJob, args, sandbox=parse_mode(args.sandbox)),
         args.log,
+        run_options(args),
         args.data_dir,
         not args.no_hub,
-        args.device,
-        args.batch_size,
     )
     plot_weight_histogram(json.loads((Path(args.out) / "head.json").read_text()), args.out)
     print(json.dumps({k: v for k, v in record.items() if k != "job"}, indent=2))
@@ -127,6 +121,7 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
         "--batch-size", type=int, default=1, help="rollouts sampled together (1); traces do not depend on it"
     )
     add_prefix_flag(col)
+    add_step_flag(col)
     add_sandbox_flag(col)
     add_stop_flag(col)
     add_data_flags(col)
@@ -232,5 +227,7 @@ def add_check_head(sub: argparse._SubParsersAction) -> None:
     )
     add_sandbox_flag(ch)
     add_stop_flag(ch)
+    add_prefix_flag(ch)
+    add_step_flag(ch)
     add_data_flags(ch)
     ch.set_defaults(func=cmd_check_head)

@@ -8,8 +8,9 @@ place), :mod:`~diversed.engine.prefix` (a prompt prefix prefilled once per job),
 (verification rules on [B, L, V]), :mod:`~diversed.engine.sampling` (distributions and per-row
 randomness), :mod:`~diversed.engine.schedules` (draft lengths) and :mod:`~diversed.engine.stats`
 (counters and timings). This package is the algorithm alone: device-specific speed (CPU kernels,
-packed weights) lives in :mod:`diversed.backends`. Nothing here imports the CLI, the workflow or
-MLflow.
+packed weights, CUDA graphs) lives in :mod:`diversed.backends`, which implements the interfaces
+this package owns (``cache.RUNNERS``). May import: the core modules only (config, methods,
+devices, head); never a backend, a loader, the CLI, the workflow or MLflow.
 """
 
 from diversed.engine.loop import Decoder

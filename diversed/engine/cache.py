@@ -30,6 +30,7 @@ ends (a finished row's prompt padding costs attention work only).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -46,6 +47,16 @@ STEPS = ("eager", "fixed", "graphs")
 ``fixed``, over :class:`FixedKV` (one shape for every step, attention over its capacity), still
 eager: the fixed-shape step that the CPU can test; ``graphs``, that step replayed from CUDA graphs
 (:mod:`diversed.backends.cuda.graphs`), on CUDA only."""
+
+
+StepRunner = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, bool, int], tuple[torch.Tensor, "torch.Tensor | None"]
+]
+"""One forward at the store's pointer: (ids, mask, positions, hidden, logits_to_keep) -> (logits,
+last hidden states or None), as an eager forward would return them."""
+RUNNERS: dict[str, Callable[[PreTrainedModel, FixedKV], StepRunner]] = {}
+"""The forward runners of steps a device backend provides, by step name: the engine owns this
+interface and never imports a backend; :mod:`diversed.backends.cuda` registers ``graphs``."""
 
 
 def check_step(step: str) -> str:
@@ -79,10 +90,12 @@ class RaggedCache:
         else:
             self.cache = FixedKV(model.config.num_hidden_layers, capacity)
         self.runner = None
-        if step == "graphs":
-            from diversed.backends.cuda.graphs import GraphRunner
-
-            self.runner = GraphRunner(model, self.cache)
+        if step in RUNNERS:
+            self.runner = RUNNERS[step](model, self.cache)
+        elif step == "graphs":
+            raise ValueError(
+                "step 'graphs' needs the CUDA backend: import diversed.backends.cuda (diversed does)"
+            )
         device = model.device
         self.valid = torch.zeros(batch, 0, dtype=torch.bool, device=device)  # [B, columns]
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # valid columns per row

@@ -26,18 +26,15 @@ Invariants, per row:
   only by the draws it really makes, so row b of a batch equals a batch-1 run with row b's seed;
 * a row that ends (EOS, stop string, budget) leaves the batch, and both caches drop it.
 
-Trace mode (``traces=True``, for head training) records, for every emitted token y, both models'
-hidden states at its position, p(y), q(y), TV(p, q) and v(y), and emits no bonus token: a row that
-kept all its drafts ends the block on its last draft, which the next block starts from. Every token
-is then a kept draft or a correction, so the sequence is an exact sample of the verification target
-v (e.g. the behaviour mixture mu = w p + (1 - w) q of ``static``), and p and q at every emitted
-position come from the block's own forwards, with no extra forward.
+Trace mode (``traces=True``, for head training) records TRACE_FIELDS for every emitted token and
+emits no bonus token (a row that kept all its drafts ends the block on its last draft), so every
+token is a kept draft or a correction: an exact sample of the verification target v (e.g. the
+behaviour mixture of ``static``), its fields from the block's own forwards.
 
-On the device: logits, distributions, acceptance tests and residual draws stay where the models
-are; one host transfer per block brings the block's tokens (and each drafted token's q, which the
-schedules need). The one exception is the confidence stop: when a threshold is on, each draft step
-asks whether any row is still drafting, because a skipped draft forward is worth far more than a
-sync. Batch 1 runs exactly this code.
+On the device: everything but one host transfer per block (the block's tokens and each drafted
+token's q, which the schedules need), and, with a confidence threshold on, a per-draft-step check
+whether any row still drafts (a skipped draft forward is worth more than a sync). Batch 1 runs
+exactly this code.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ import torch
 from diversed.config import ConfigError, check_range
 from diversed.data import DataError
 from diversed.head import SIGNALS, EnsembleHead
-from diversed.traces import Trajectory
+from diversed.training.traces import Trajectory
 
 BASELINES = ("auto", "group", "batch", "running", "minus_one")
 REG_SCALES = ("relative", "fixed")

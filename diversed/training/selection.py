@@ -14,7 +14,7 @@ and the training make: ``val_objective`` = ``val_reward_gain`` + ``acceptance_va
 ``val_acceptance`` (reward units), and takes the highest. The starting head is scored too, for
 reference, but never chosen: an untrained head is the static ensemble at w = 0.5, which the static
 sweep already covers, so the workflow always keeps a trained head and lets its on-policy check
-(:mod:`diversed.training.check`) say whether it beats the static rule at its own mean w. Each
+(:mod:`diversed.jobs.check`) say whether it beats the static rule at its own mean w. Each
 checkpoint is also scored against that *static comparator* off-policy here, the constant head at
 its own validation mean w (``val_reward_vs_static``, ``val_acceptance_vs_static``), and against the
 start (``val_reward_vs_start`` with its one-sided lower bound), so the card shows how far each move
@@ -36,8 +36,8 @@ from typing import Any
 import torch
 
 from diversed.head import EnsembleHead
-from diversed.traces import Trajectory
 from diversed.training.objective import flatten, policy
+from diversed.training.traces import Trajectory
 
 
 def _prompt(t: Trajectory) -> str:

@@ -22,7 +22,6 @@ from tqdm import tqdm
 
 from diversed.config import check_range
 from diversed.head import EnsembleHead, load_head, save_head
-from diversed.traces import Trajectory, load_traces
 from diversed.training.objective import (
     TrainConfig,
     batch_loss,
@@ -33,6 +32,7 @@ from diversed.training.objective import (
     resolve_baseline,
 )
 from diversed.training.selection import choose, prompt_gains, split_by_prompt, validation_figures
+from diversed.training.traces import Trajectory, load_traces
 
 LogStep = Callable[[int, dict[str, float]], None]
 FINALIST = "lambda-"  # subfolders of a trained head's folder: each lambda's last epoch

@@ -7,8 +7,8 @@ import warnings
 from pathlib import Path
 
 from diversed.data import resolve
-from diversed.grid import cli_flags, expand
-from diversed.workflow_config import validate_config
+from diversed.pipeline.grid import cli_flags, expand
+from diversed.pipeline.workflow_config import validate_config
 
 validate_config(config, Path(workflow.current_basedir).parent / "schemas" / "config.schema.yaml")
 
@@ -130,6 +130,12 @@ def decode_targets():
     return targets
 
 
+def run_flags():
+    """How decode, trace and check jobs run their models (diversed.jobs.runner.RunOptions): one
+    setting for all three."""
+    return f"--prefix-cache {'on' if DECODE['prefix_cache'] else 'off'} --step {DECODE['step']}"
+
+
 def transform_flag():
     return f"--draft-transform {MODELS['draft_transform']}" if MODELS["draft_transform"] else ""
 
@@ -167,13 +173,13 @@ def model_flags():
 
 
 def start_tracking():
-    from diversed.tracking import start_invocation
+    from diversed.pipeline.tracking import start_invocation
 
     start_invocation(tags={"config": json.dumps(config, sort_keys=True)[:4000]})
 
 
 def end_tracking(status):
-    from diversed.tracking import end_invocation
+    from diversed.pipeline.tracking import end_invocation
 
     end_invocation(status)
 

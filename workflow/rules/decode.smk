@@ -1,5 +1,8 @@
-# Stage 5: decode each dataset with each method setting. The job writes to a .partial file that is not a
-# declared output, so an interrupted job continues from its own JSONL when snakemake runs again.
+# Stage 5: decode each dataset with each method setting. The job appends to its row file,
+# results/rows/{dataset}/{setting}.jsonl, which is not a declared output (snakemake never deletes
+# it): an interrupted job continues from its rows, and a cell whose n_examples grows decodes only
+# its new examples (another setting's rows start the file over). The declared output is a hard link
+# to the finished rows (a copy where the filesystem has no links).
 
 
 rule decode:
@@ -18,9 +21,10 @@ rule decode:
         matched=lambda w, input: f"--target-weight-from {input.matched}" if "matched" in input.keys() else "",
         flags=data_flags(),
         batch_size=DECODE["batch_size"],
-        step=DECODE["step"],
+        run=run_flags(),
         latency_examples=DECODE["latency_examples"],
-        src=src_hash("engine", "backends/cpu", "decode_dataset.py", "data/tasks.py", "control.py"),
+        rows=lambda w: f"results/rows/{w.dataset}/{w.setting}.jsonl",
+        src=src_hash("engine", "backends/cpu", "jobs/decode.py", "data/tasks.py", "loading/control.py"),
     threads: 2
     resources:
         gpu=GPU,
@@ -31,5 +35,6 @@ rule decode:
     shell:
         "({params.offline} diversed --track decode decode --dataset {wildcards.dataset} --split {params.split}"
         " --n-examples {params.n} {params.models} {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
-        " --batch-size {params.batch_size} --step {params.step} --latency-examples {params.latency_examples}"
-        " --quiet --out {output}.partial && mv {output}.partial {output}) > {log} 2>&1"
+        " --batch-size {params.batch_size} {params.run} --latency-examples {params.latency_examples}"
+        " --quiet --replace-stale --out {params.rows} && (ln -f {params.rows} {output} || cp {params.rows} {output}))"
+        " > {log} 2>&1"

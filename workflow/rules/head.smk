@@ -3,7 +3,7 @@
 # validation prompts held out of the traces (never the test split), by the validation objective.
 # The chosen head is then checked on-policy against the static rule at its own mean w (held-out
 # train prompts, the same seeds in both arms) and kept with that verdict in its card
-# (diversed/training/check.py); the report prints the verdict beside the head.
+# (diversed/jobs/check.py); the report prints the verdict beside the head.
 
 
 rule train_head:
@@ -27,7 +27,7 @@ rule train_head:
         confidence=HEAD["select_confidence"],
         seed=lambda w: int(w.seed),
         device=MODELS["device"],
-        src=src_hash("head.py", "training", "traces.py"),
+        src=src_hash("head.py", "training"),
     resources:
         gpu=GPU,
     log:
@@ -68,7 +68,8 @@ rule check_head:
         confidence=HEAD["select_confidence"],
         seed=lambda w: int(w.seed) + 1000 + int(w.round),
         flags=data_flags(),
-        src=src_hash("training/check.py", "engine", "backends/cpu", "data/tasks.py", "control.py"),
+        run=run_flags(),
+        src=src_hash("jobs/check.py", "engine", "backends/cpu", "data/tasks.py", "loading/control.py"),
     threads: 2
     resources:
         gpu=GPU,
@@ -81,6 +82,6 @@ rule check_head:
         " --out {output.head} --log results/checks/{wildcards.train_dataset}/s{wildcards.seed}/r{wildcards.round}.jsonl"
         " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
         " {params.partial} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
-        " --draft-length {params.draft_length} --batch-size {params.batch_size}"
+        " --draft-length {params.draft_length} --batch-size {params.batch_size} {params.run}"
         " --confidence {params.confidence} --acceptance-value {params.value} --seed {params.seed}"
         " {params.models} --sandbox {params.sandbox} {params.flags}) > {log} 2>&1"

@@ -19,7 +19,13 @@ rule tables_and_plots:
             "results/plots/speedup_vs_draft_length.png", caption="../report/speedup.rst", category="Plots"
         ),
     params:
-        src=src_hash("report.py", "plots.py", "bootstrap.py"),
+        src=src_hash(
+            "evaluation/report.py",
+            "evaluation/plots.py",
+            "evaluation/comparisons.py",
+            "evaluation/frontier.py",
+            "evaluation/bootstrap.py",
+        ),
     log:
         "results/logs/report.log",
     conda:

@@ -9,7 +9,14 @@ rule score:
     params:
         offline=OFFLINE,
         flags=data_flags() + f" --sandbox {SANDBOX}",
-        src=src_hash("score.py", "metrics.py", "bootstrap.py", "sandbox", "data/tasks.py"),
+        src=src_hash(
+            "evaluation/score.py",
+            "evaluation/metrics.py",
+            "evaluation/bootstrap.py",
+            "evaluation/weights.py",
+            "sandbox",
+            "data/tasks.py",
+        ),
     log:
         "results/logs/score/{dataset}/{setting}.log",
     conda:

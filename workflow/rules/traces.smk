@@ -12,6 +12,7 @@ rule collect_traces:
     output:
         "results/traces/{train_dataset}/r{round}.done",
     params:
+        run=run_flags(),
         offline=OFFLINE,
         sandbox=SANDBOX,
         models=model_flags(),
@@ -32,7 +33,7 @@ rule collect_traces:
         rollouts=HEAD["rollouts"],
         partial="--partial-credit" if HEAD["partial_credit"] else "",
         draft_length=HEAD["draft_length"],
-        src=src_hash("traces.py", "engine", "backends/cpu", "data/tasks.py", "control.py"),
+        src=src_hash("jobs/traces.py", "engine", "backends/cpu", "data/tasks.py", "loading/control.py"),
     threads: 2
     resources:
         gpu=GPU,
@@ -43,7 +44,7 @@ rule collect_traces:
     shell:
         "({params.offline} diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
-        " {params.behaviour} --seed {params.seed} {params.models} --batch-size {params.batch_size}"
+        " {params.behaviour} --seed {params.seed} {params.models} --batch-size {params.batch_size} {params.run}"
         " --rollouts {params.rollouts} {params.partial} --draft-length {params.draft_length} --sandbox {params.sandbox}"
         " {params.flags} --quiet --replace-stale --out {params.folder}"
         " && cp {params.folder}/manifest.json {output}) > {log} 2>&1"

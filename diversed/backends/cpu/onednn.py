@@ -47,20 +47,24 @@ order is still exact.
 
 from __future__ import annotations
 
-import ctypes
-import mmap
-import sys
 import threading
 import types
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import nn
 
-if TYPE_CHECKING:
-    from diversed.backends.cpu.packed_store import PackedStore
+from diversed.backends.cpu.memory import LIBC, MADV_DONTNEED, MADV_POPULATE_READ, madvise
+
+
+class WeightStore(Protocol):
+    """Where packed weights are kept between jobs (``packed_store.PackedStore``)."""
+
+    def load(self) -> dict[str, torch.Tensor] | None: ...
+
+    def save(self, packed: dict[str, torch.Tensor]) -> None: ...
 
 
 def available() -> bool:
@@ -73,30 +77,8 @@ def onednn_bf16() -> bool:
     return torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
-def native_bf16() -> str | None:
-    """The CPU feature that gives native bf16 dot products (AMX or avx512_bf16), or None."""
-    if torch.cpu._is_amx_tile_supported():
-        return "AMX"
-    if torch.cpu._is_avx512_bf16_supported():
-        return "avx512_bf16"
-    return None
-
-
 def _packed_forward(self: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.bias, "none", [], "")
-
-
-_MADV_DONTNEED, MADV_POPULATE_READ = 4, 22
-_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
-
-
-def madvise(start: int, end: int, advice: int) -> None:
-    """``madvise`` the whole pages inside [start, end) (Linux; elsewhere nothing). Populating fails
-    harmlessly (EINVAL) before Linux 5.14."""
-    page = mmap.PAGESIZE
-    lo, hi = -(-start // page) * page, end // page * page
-    if _LIBC is not None and hi > lo:
-        _LIBC.madvise(ctypes.c_void_p(lo), ctypes.c_size_t(hi - lo), advice)
 
 
 def _file_mappings() -> list[tuple[int, int]]:
@@ -115,7 +97,7 @@ class _FilePages:
     """The file-mapped pages behind tensors: populate them in bulk, drop them once packed."""
 
     def __init__(self) -> None:
-        self.ranges = _file_mappings() if _LIBC is not None else []
+        self.ranges = _file_mappings() if LIBC is not None else []
 
     def _advise(self, tensor: torch.Tensor, advice: int) -> None:
         start = tensor.data_ptr()
@@ -127,7 +109,7 @@ class _FilePages:
         self._advise(tensor, MADV_POPULATE_READ)
 
     def drop(self, tensor: torch.Tensor) -> None:
-        self._advise(tensor, _MADV_DONTNEED)
+        self._advise(tensor, MADV_DONTNEED)
 
     def release(self, module: nn.Module) -> None:
         """Drop the file pages of ``module``'s weight and keep it only as a shape on ``meta``."""
@@ -274,7 +256,7 @@ def pack_linears(model: nn.Module, dtypes: tuple[torch.dtype, ...], pack: Pack) 
     return len(linears) + len(grouped)
 
 
-def use_onednn_linear(model: nn.Module, store: PackedStore | None = None) -> int:
+def use_onednn_linear(model: nn.Module, store: WeightStore | None = None) -> int:
     """Switch the model's CPU fp32/bf16 linears to pre-packed oneDNN weights, siblings stacked;
     return how many of the model's linears now run on them. With a ``store``, the packed weights
     are read from it when it has them, and written to it when it has not (see

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from diversed.backends.cpu.onednn import MADV_POPULATE_READ, madvise
+from diversed.backends.cpu.memory import MADV_POPULATE_READ, madvise
 
 FORMAT = 1
 ALIGN = 2 << 20  # a huge page: the kernel can map each weight's start with one
@@ -83,7 +83,7 @@ def root() -> Path | None:
         return None
     if setting:
         return Path(setting)
-    from diversed.embedded import cache_dir
+    from diversed.files import cache_dir
 
     return cache_dir() / "packed"
 

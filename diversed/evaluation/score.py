@@ -7,14 +7,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from diversed import bootstrap
 from diversed.data import DataError, get_task, load_records
 from diversed.engine.stats import GenerationStats
+from diversed.evaluation import bootstrap
+from diversed.evaluation.metrics import QUALITY, accuracy, bleu, pass_at_1, rouge, rouge2_per_example
+from diversed.evaluation.weights import weight_statistics
 from diversed.files import read_jsonl
-from diversed.metrics import QUALITY, accuracy, bleu, pass_at_1, rouge, rouge2_per_example
 from diversed.provenance import commit
 from diversed.sandbox import run_program
-from diversed.weights import weight_statistics
 
 
 def read_records(path: str | Path, dataset: str | None = None) -> list[dict[str, Any]]:

@@ -31,13 +31,14 @@ from typing import Any
 from tqdm import tqdm
 
 from diversed.config import DecodeConfig, check_range, differing_keys
-from diversed.data import DataError, Example, get_task, load_examples
+from diversed.data import DataError, Example, load_examples
 from diversed.devices import device_name
 from diversed.engine.stats import GenerationStats
+from diversed.evaluation.weights import token_class
 from diversed.files import read_resumable
+from diversed.jobs.runner import RunOptions, open_run
 from diversed.methods import Method
 from diversed.provenance import commit, head_sha256
-from diversed.weights import token_class
 
 # How every decode record's line begins (``id`` is its first key): a torn last line that begins
 # otherwise is not ours, and the file is refused rather than cut.
@@ -58,7 +59,7 @@ class DecodeJob:
     dtype: str = "float32"
     head: str | None = None
     quantize: str = "none"
-    draft_transform: str | None = None  # a positive control's damaged draft (diversed.control)
+    draft_transform: str | None = None  # a positive control's damaged draft (diversed.loading.control)
     stop: str = "paper"  # where completions stop (diversed.data.tasks.STOPS)
 
     def __post_init__(self) -> None:
@@ -93,10 +94,11 @@ class DecodeJob:
         return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
+def read_finished(path: Path, job: DecodeJob, replace_stale: bool = False) -> dict[str, dict[str, Any]]:
     """Records already in ``path``; drop a torn last record; adopt the records of a smaller cell of the
     same settings (:func:`grows`); refuse records of other settings and files that are not decode
-    JSONL (naming the file and line, and changing nothing)."""
+    JSONL (naming the file and line, and changing nothing), or with ``replace_stale`` (the workflow,
+    which owns its row files) start the file over when its records are another setting's."""
     if not path.exists():
         return {}
     records, keep_bytes = read_resumable(path, RECORD_START)
@@ -112,6 +114,9 @@ def read_finished(path: Path, job: DecodeJob) -> dict[str, dict[str, Any]]:
                 record = {**record, "settings": job.settings(), "settings_hash": job.settings_hash()}
                 finished[record["id"]] = record
                 continue
+            if replace_stale:
+                path.unlink()
+                return {}
             raise DataError(
                 f"{path} holds records made with different arguments (differing: {', '.join(diff)});"
                 " use another --out or delete the file"
@@ -154,63 +159,49 @@ def merge_shards(job: DecodeJob, out: str | Path, world: int, data_dir=None, all
 def run_decode(
     job: DecodeJob,
     out: str | Path,
+    options: RunOptions | None = None,
     data_dir: str | Path | None = None,
     allow_hub: bool = True,
-    device: str = "cpu",
-    progress: bool = True,
     shard: tuple[int, int] = (0, 1),
-    attn_implementation: str | None = None,
-    batch_size: int = 1,
     latency_examples: int = 0,
-    prefix_cache: bool = True,
-    step: str = "eager",
+    replace_stale: bool = False,
 ) -> Path:
     """Decode every example of ``job`` not yet in ``out``; return the file written.
 
     With ``shard=(rank, world)`` this process takes every world-th example, starting at ``rank``,
-    and writes them to its own shard file (see :func:`merge_shards`). With ``prefix_cache`` the
-    task's shared prompt start (few-shot block, instruction) is prefilled once per model for the
-    whole job; like the batch size it changes no output (fp32), only the time, and each record
-    says whether it was on. ``step`` is how each forward runs (:data:`diversed.engine.cache.STEPS`),
-    also recorded: the same outputs in fp32, another speed.
+    and writes them to its own shard file (see :func:`merge_shards`). How it runs (``options``:
+    device, batch size, prefix cache, step) changes no output in fp32, only the time, and each
+    record says how it ran. ``latency_examples``: the first examples decoded alone, their seconds a
+    latency figure.
     """
-    check_range("batch_size", batch_size, minimum=1)
     check_range("latency_examples", latency_examples, minimum=0)
-    from diversed.models import prompt_ids, shared_prefix
-    from diversed.stack import load_stack
-
+    options = options or RunOptions()
     rank, world = shard
     path = Path(out) if world == 1 else shard_path(out, rank, world)
     path.parent.mkdir(parents=True, exist_ok=True)
     examples = load_examples(job.dataset, job.split, job.n_examples, directory=data_dir, allow_hub=allow_hub)
-    finished = read_finished(path, job)
+    finished = read_finished(path, job, replace_stale)
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in finished and i % world == rank]
     if not todo:
         return path
-    draft_name = job.draft if job.config.method.speculative else None
-    transform = job.draft_transform if job.config.method.speculative else None  # as its settings say
-    stack = load_stack(
-        job.target, draft_name, job.dtype, device, job.quantize, attn_implementation, job.head, transform
-    )
-    tokenizer = stack.tokenizer
+    speculative = job.config.method.speculative
+    run = open_run(job, [ex for _, ex in todo], options, job.draft if speculative else None, job.head)
     # one line even under --quiet: workflow logs record how long loading took and what it cost
     print(f"{job.dataset} {job.config.method.value}: {_readiness()}", file=sys.stderr)
-    task = get_task(job.dataset)
-    prompts = {index: prompt_ids(tokenizer, example.prompt, job.chat) for index, example in todo}
-    prefix = shared_prefix(tokenizer, todo[0][1].prefix, job.chat, prompts.values()) if prefix_cache else None
-    if prefix:
-        print(f"{job.dataset}: {len(prefix)} shared prompt tokens, prefilled once per model", file=sys.stderr)
-    decoder = stack.decoder(job.config, task.stops(job.stop), prefix=prefix, step=step)
+    if run.prefix:
+        shared = f"{len(run.prefix)} shared prompt tokens, prefilled once per model"
+        print(f"{job.dataset}: {shared}", file=sys.stderr)
+    decoder = run.decoder(job.config)
+    prompts = {index: run.prompts[example.id] for index, example in todo}
     settings, digest, code = job.settings(), job.settings_hash(), commit()
-    where = device_name(device)
+    where = device_name(options.device)
     status = head_check(job.head)
     done_stats = [GenerationStats()]
     batch_seconds = 0.0
-    bar = tqdm(
-        total=len(todo), desc=f"{job.dataset} {job.config.method.value}", unit="ex", disable=not progress
-    )
+    name = f"{job.dataset} {job.config.method.value}"
+    bar = tqdm(total=len(todo), desc=name, unit="ex", disable=not options.progress)
     lengths = {index: len(ids) for index, ids in prompts.items()}
-    batches = plan_batches(todo, batch_size, latency_examples, lengths)
+    batches = plan_batches(todo, options.batch_size, latency_examples, lengths)
     if latency_examples and len(batches[0]) == 1:  # its seconds are a latency figure: pay start-up first
         index, _ = batches[0][0]
         warm_up(decoder, prompts[index], job.config.seed + index)
@@ -223,7 +214,7 @@ def run_decode(
             seconds = time.perf_counter() - start
             batch_info = {"size": len(batch), "id": f"{batch[0][1].id}+{len(batch)}", "seconds": seconds}
             for (_, example), result in zip(batch, results, strict=True):
-                completion = tokenizer.decode(result.token_ids, skip_special_tokens=True)
+                completion = run.decode_text(result.token_ids)
                 record = {
                     "id": example.id,
                     "dataset": job.dataset,
@@ -231,15 +222,15 @@ def run_decode(
                     "method": job.config.method.value,
                     "prompt": example.prompt,
                     "completion": completion,
-                    "prediction": task.extract(completion, example.record),
+                    "prediction": run.task.extract(completion, example.record),
                     "reference": example.reference,
                     "token_ids": result.token_ids,
-                    **token_weights(result, tokenizer),
+                    **token_weights(result, run.stack.tokenizer),
                     "finish_reason": result.finish_reason,
                     "stats": result.stats.to_dict(),
                     "batch": batch_info,
-                    "prefix_cache": prefix_cache,
-                    "step": step,
+                    "prefix_cache": options.prefix_cache,
+                    "step": options.step,
                     "device": where,
                     "stop": job.stop,
                     "settings": settings,
@@ -284,7 +275,7 @@ def warm_up(decoder: Any, prompt: list[int], seed: int) -> None:
 
 
 def token_weights(result: Any, tokenizer: Any) -> dict[str, Any]:
-    """A DIVERSED record's per-token w, TV and entropy with each token's class (diversed.weights)."""
+    """A record's per-token w, TV and entropy with each token's class (:mod:`diversed.evaluation.weights`)."""
     if result.token_stats is None:
         return {}
     classes = [token_class(tokenizer.decode([t])) for t in result.token_ids]

@@ -96,7 +96,7 @@ def run_doctor(data_dir: str | None = None, device: str = "auto") -> int:
         "run as root, allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1),"
         " or opt in to rlimits alone with score.sandbox: rlimits",
     )
-    from diversed.embedded import EMBEDDED, model_dir
+    from diversed.loading.embedded import EMBEDDED, model_dir
 
     for name in EMBEDDED:
         fetched = (model_dir("embedded:" + name) / "config.json").exists()
@@ -120,7 +120,7 @@ def run_doctor(data_dir: str | None = None, device: str = "auto") -> int:
         if where == "local" and folder is not None:
             where += ": " + ", ".join(_splits(folder / task))
         _line(where != "missing", f"dataset {task}", where, fix)
-    from diversed.tracking import tracking_uri
+    from diversed.pipeline.tracking import tracking_uri
 
     _line(True, "mlflow store", tracking_uri(), "")
     print("all good" if healthy else "some required pieces are missing (see fix lines)")

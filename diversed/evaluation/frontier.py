@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from diversed import bootstrap
+from diversed.evaluation import bootstrap
 
 POWER_FACTOR = 1.959964 + 0.841621  # z_0.975 + z_0.80
 

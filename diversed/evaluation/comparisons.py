@@ -1,7 +1,7 @@
 """How one setting compares with others of its cell, on the examples both decoded (paired):
-against ``sd``, against ``auto``'s latency, against the static frontier (:mod:`diversed.frontier`)
+against ``sd``, against ``auto``'s latency, against the static frontier (:mod:`diversed.evaluation.frontier`)
 and the neighbour line of the static sweep, and a DIVERSED head against the static cell at its own
-mean w. Each returns plain figures with their 95% intervals; :mod:`diversed.report` lays them out.
+mean w. Each returns plain figures with their 95% intervals; :mod:`diversed.evaluation.report` lays them out.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from diversed import bootstrap, frontier
-from diversed.weights import MATCH_TOLERANCE
+from diversed.evaluation import bootstrap, frontier
+from diversed.evaluation.weights import MATCH_TOLERANCE
 
 
 def aligned_columns(
@@ -44,7 +44,7 @@ def same_cell(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def versus_static_frontier(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A relaxed setting's quality minus the static frontier at its acceptance (the upper concave
-    envelope of every static point of its cell, sd and w = 0 included; :mod:`diversed.frontier`),
+    envelope of every static point of its cell, sd and w = 0 included; :mod:`diversed.evaluation.frontier`),
     paired over the examples all of them decoded, with the 80%-power effect."""
     if row.get("untrained"):  # static w = 0.5 under another name: nothing to compare
         return None

@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from diversed import embedded
 from diversed.backends.cpu.onednn import use_onednn_linear
 from diversed.backends.cpu.packed_store import PackedStore
 from diversed.backends.cpu.quantize import choose_quantize, use_fp16_weights
-from diversed.embedded import is_embedded
 from diversed.engine.prefix import SharedPrefix
+from diversed.loading import embedded
+from diversed.loading.embedded import is_embedded
 
 
 class ModelError(ValueError):

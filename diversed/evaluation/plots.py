@@ -1,4 +1,4 @@
-"""The paper's pictures from the workflow's score rows (:func:`diversed.report.load_scores`), and
+"""The paper's pictures from the workflow's score rows (:func:`diversed.evaluation.report.load_scores`), and
 the histogram of each head's w on its decoded test tokens. One panel per dataset and temperature:
 quality against acceptance and against time, with error bars (95% bootstrap intervals), the
 static-ensemble sweep as a labelled line, a marker per method and DIVERSED distinct (the paper's
@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from diversed.comparisons import static_sweep
 from diversed.engine.stats import leviathan_speedup
-from diversed.frontier import hull
-from diversed.report import METHOD_ORDER, cell_sizes
+from diversed.evaluation.comparisons import static_sweep
+from diversed.evaluation.frontier import hull
+from diversed.evaluation.report import METHOD_ORDER, cell_sizes
 
 
 def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:

@@ -8,7 +8,7 @@ error becomes a warning, and a line in ``results/mlflow/failed_logs``; at the en
 invocation records how many jobs failed to log (``jobs_failed_to_log``) and ``snakemake`` prints
 it, so a run whose jobs are missing from the UI says so.
 
-A job's run is kept by a process of its own (``python -m diversed.tracking``), fed one JSON line
+A job's run is kept by a process of its own (``python -m diversed.pipeline.tracking``), fed one JSON line
 per call: importing MLflow and opening its store cost ~1.3 s of one core, which a decode job spent
 before loading its models; in a second process they overlap the job's own imports on the other
 core. The job's exit closes the run (FINISHED, or FAILED if it raised); a job killed outright
@@ -242,7 +242,14 @@ class _PipedRun:
 def job_run(stage: str, root: Path = DEFAULT_DIR) -> Iterator[_PipedRun]:
     """A child run of the invocation's parent (or a plain run when there is none), kept by a
     tracking process beside the job (see above); it ends FINISHED, or FAILED if the job raised."""
-    command = [sys.executable, "-m", "diversed.tracking", stage, str(root), str(int(time.time() * 1000))]
+    command = [
+        sys.executable,
+        "-m",
+        "diversed.pipeline.tracking",
+        stage,
+        str(root),
+        str(int(time.time() * 1000)),
+    ]
     try:
         process = subprocess.Popen(command, stdin=subprocess.PIPE, text=True)
     except OSError as err:

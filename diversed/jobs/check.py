@@ -34,11 +34,12 @@ from typing import Any
 import torch
 
 from diversed.config import DecodeConfig, check_range
-from diversed.data import DataError, Example, get_task, load_examples
+from diversed.data import DataError, Example, load_examples
+from diversed.evaluation.frontier import POWER_FACTOR
+from diversed.evaluation.metrics import task_reward
 from diversed.files import read_json, read_resumable
-from diversed.frontier import POWER_FACTOR
 from diversed.head import CARD, EnsembleHead, load_head
-from diversed.traces import task_reward
+from diversed.jobs.runner import ModelRun, RunOptions, batched, open_run
 from diversed.training.selection import constant_head
 from diversed.training.trainer import FINALIST
 
@@ -189,11 +190,10 @@ class Rollouts:
     appended to the log as it ends. Rollout g of prompt i is seeded alike in every arm."""
 
     def __init__(
-        self, job: CheckJob, examples: Sequence[Example], log: Path, digest: str, device: str, batch_size: int
+        self, job: CheckJob, examples: Sequence[Example], log: Path, digest: str, options: RunOptions
     ):
-        self.job, self.examples, self.log, self.digest = job, examples, log, digest
-        self.device, self.batch_size = device, batch_size
-        self._stack: Any = None
+        self.job, self.examples, self.log, self.digest, self.options = job, examples, log, digest, options
+        self._run: ModelRun | None = None
 
     def order(self) -> list[tuple[int, Example, int]]:
         """(prompt index, prompt, rollout) of every rollout an arm makes."""
@@ -206,21 +206,9 @@ class Rollouts:
         todo = [item for item in self.order() if f"{item[1].id}#{item[2]}@{arm}" not in done]
         if not todo:
             return []
-        from diversed.models import prompt_ids, shared_prefix
-        from diversed.stack import load_stack
-
-        if self._stack is None:
-            self._stack = load_stack(
-                job.target,
-                job.draft,
-                job.dtype,
-                self.device,
-                job.quantize,
-                draft_transform=job.draft_transform,
-            )
-        stack, task = self._stack, get_task(job.dataset)
-        prompts = {e.id: prompt_ids(stack.tokenizer, e.prompt, job.chat) for e in self.examples}
-        prefix = shared_prefix(stack.tokenizer, self.examples[0].prefix, job.chat, prompts.values())
+        if self._run is None:
+            self._run = open_run(job, self.examples, self.options, job.draft)
+        run = self._run
         config = DecodeConfig.from_dict(
             {
                 "method": "diversed",
@@ -229,18 +217,14 @@ class Rollouts:
                 "max_new_tokens": job.max_new_tokens,
             }
         )
-        decoder = stack.decoder(
-            config, task.stops(job.stop), head=head.to(stack.target.device), prefix=prefix
-        )
+        decoder = run.decoder(config, head=head.to(run.stack.target.device))
         rows = []
         with self.log.open("a", encoding="utf-8") as sink:
-            for first in range(0, len(todo), self.batch_size):
-                batch = todo[first : first + self.batch_size]
+            for batch in batched(todo, self.options.batch_size):
                 seeds = [job.seed * 100_003 + i * job.rollouts + g for i, _, g in batch]
-                results = decoder.generate_batch([prompts[e.id] for _, e, _ in batch], seeds=seeds)
+                results = decoder.generate_batch([run.prompts[e.id] for _, e, _ in batch], seeds=seeds)
                 for (_, example, g), result in zip(batch, results, strict=True):
-                    text = stack.tokenizer.decode(result.token_ids, skip_special_tokens=True)
-                    prediction = task.extract(text, example.record)
+                    prediction = run.task.extract(run.decode_text(result.token_ids), example.record)
                     weights = [s[0] for s in result.token_stats or [] if s is not None]
                     row = {
                         "id": f"{example.id}#{g}@{arm}",
@@ -269,15 +253,13 @@ def check_head(
     traces: Sequence[str | Path],
     job: CheckJob,
     log: str | Path | None = None,
+    options: RunOptions | None = None,
     data_dir: str | Path | None = None,
     allow_hub: bool = True,
-    device: str = "cpu",
-    batch_size: int = 4,
 ) -> dict[str, Any]:
     """Check the head ``train-head`` chose (``candidate``) against the static rule at its own
     on-policy mean w on held-out prompts; write it to ``out`` with the verdict in its card, and
     return the check's record."""
-    check_range("batch_size", batch_size, minimum=1)
     candidate_dir, out_dir = Path(candidate), Path(out)
     card = read_json(candidate_dir / CARD)
     head = load_head(candidate_dir)
@@ -294,7 +276,7 @@ def check_head(
         digest = _heads_digest({HEAD: head}, job)
         rows = _read_log(log_path, digest)
         examples = held_out(job, trained_prompts(traces), data_dir, allow_hub)
-        rollouts = Rollouts(job, examples, log_path, digest, device, batch_size)
+        rollouts = Rollouts(job, examples, log_path, digest, options or RunOptions(batch_size=4))
         wanted = {f"{e.id}#{g}@{arm}" for arm in ARMS for _, e, g in rollouts.order()}
         rows = [r for r in rows if r["id"] in wanted]
         rows += rollouts.run(HEAD, head, {r["id"] for r in rows})

@@ -23,16 +23,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from tqdm import tqdm
 
 from diversed.config import DecodeConfig, check_range, differing_keys
-from diversed.data import DataError, Example, get_task, load_examples
-from diversed.files import read_json, read_tensors
-from diversed.head import WEIGHTS
-from diversed.metrics import rouge2_per_example
+from diversed.data import DataError, load_examples
+from diversed.evaluation.metrics import task_reward
+from diversed.files import read_json
+from diversed.jobs.runner import RunOptions, batched, open_run
+from diversed.provenance import head_sha256
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class TraceJob:
     quantize: str = "none"
     seed: int = 42
     rollouts: int = 1  # samples of each (prompt, behaviour): a group whose rewards can be compared
-    draft_transform: str | None = None  # a positive control's damaged draft (diversed.control)
+    draft_transform: str | None = None  # a positive control's damaged draft (diversed.loading.control)
     partial_credit: bool = False  # code rewards: the share of asserts passed (task_reward)
     sandbox: str = "isolated"  # how code rewards run generated code (diversed.sandbox.MODES)
     stop: str = "paper"  # where rollouts stop (diversed.data.tasks.STOPS): no reward for text after it
@@ -84,45 +84,13 @@ class TraceJob:
             if values[name] == default:  # named only when used: traces collected before stay valid
                 del values[name]
         values["behaviour_weights"] = list(self.behaviour_weights)
-        if self.head and (Path(self.head) / WEIGHTS).exists():
-            values["head_sha256"] = hashlib.sha256((Path(self.head) / WEIGHTS).read_bytes()).hexdigest()[:16]
+        if digest := head_sha256(self.head):
+            values["head_sha256"] = digest[:16]
         return values
 
 
 def settings_hash(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def task_reward(
-    dataset: str, prediction: str, example: Example, partial_credit: bool = False, sandbox: str = "isolated"
-) -> float:
-    """The paper's sequence reward: exact match, ROUGE-2, sentence BLEU / 100, or tests passed.
-
-    ``partial_credit`` (code tasks whose tests are separate asserts: MBPP) gives the share of the
-    asserts that pass, each run alone in the sandbox, instead of 1 only when all do: a documented
-    study option, since a sparse 0/1 reward gives a group of rollouts that all fail nothing to
-    compare. Tasks without separable tests keep pass/fail. Code runs in ``sandbox`` mode
-    (:data:`diversed.sandbox.MODES`): isolated, or limits alone where the user opted in."""
-    task = get_task(dataset)
-    if task.metric == "accuracy":
-        return float(prediction == example.reference)
-    if task.metric == "rouge":
-        return rouge2_per_example(prediction, example.reference)
-    if task.metric == "bleu":
-        import sacrebleu
-
-        return (
-            sacrebleu.sentence_bleu(prediction, [example.reference], tokenize="13a", lowercase=True).score
-            / 100
-        )
-    from diversed.sandbox import parse_mode, run_program
-
-    programs = getattr(task, "partial_programs", None)
-    strict = parse_mode(sandbox) == "isolated"
-    if partial_credit and programs is not None:
-        runs = [run_program(source, strict=strict).passed for source in programs(prediction, example.record)]
-        return sum(runs) / len(runs) if runs else 0.0
-    return float(run_program(task.program(prediction, example.record), strict=strict).passed)
 
 
 def sequence_id(example_id: str, behaviour: str, rollout: int, rollouts: int) -> str:
@@ -194,26 +162,19 @@ def check_sequences(out: Path, manifest: dict[str, Any]) -> None:
 def collect_traces(
     job: TraceJob,
     out: str | Path,
+    options: RunOptions | None = None,
     data_dir: str | Path | None = None,
     allow_hub: bool = True,
-    device: str = "cpu",
-    progress: bool = True,
-    batch_size: int = 1,
     replace_stale: bool = False,
-    prefix_cache: bool = True,
 ) -> Path:
-    """Roll out every (prompt, behaviour, rollout) not yet in ``out``, ``batch_size`` at a time.
+    """Roll out every (prompt, behaviour, rollout) not yet in ``out``, ``options.batch_size`` at a time.
 
     The manifest is rewritten after each batch, so a kill loses at most the batch in flight;
     sequence n is seeded with ``seed * 100_003 + n`` whatever the batch size. A group's rollouts
     are consecutive, so a batch holds few distinct prompts: the engine prefills each once, and
-    the task's shared prompt start once per model for the whole collection (``prefix_cache``).
+    the task's shared prompt start once per model for the whole collection (``options.prefix_cache``).
     """
-    from diversed.models import prompt_ids, shared_prefix
-    from diversed.stack import load_stack
-
-    check_range("batch_size", batch_size, minimum=1)
-
+    options = options or RunOptions()
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(out_dir, job, replace_stale)
@@ -232,35 +193,17 @@ def collect_traces(
     ]
     if not todo:
         return out_dir
-    stack = load_stack(
-        job.target,
-        job.draft,
-        job.dtype,
-        device,
-        job.quantize,
-        head=job.head,
-        draft_transform=job.draft_transform,
-    )
-    tokenizer = stack.tokenizer
-    task = get_task(job.dataset)
-    prompts = {e.id: prompt_ids(tokenizer, e.prompt, job.chat) for e in examples}
-    prefix = (
-        shared_prefix(tokenizer, examples[0].prefix, job.chat, prompts.values()) if prefix_cache else None
-    )
-    bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not progress)
+    run = open_run(job, examples, options, job.draft, job.head)
+    bar = tqdm(total=len(todo), desc=f"traces {job.dataset}", unit="seq", disable=not options.progress)
     for name, weight in behaviours:
-        decoder = stack.decoder(
-            behaviour_config(job, weight), task.stops(job.stop), traces=True, prefix=prefix
-        )
-        mine = [item for item in todo if item[1] == name]
-        for first in range(0, len(mine), batch_size):
-            batch = mine[first : first + batch_size]
+        decoder = run.decoder(behaviour_config(job, weight), traces=True)
+        for batch in batched((item for item in todo if item[1] == name), options.batch_size):
             index = len(manifest["sequences"])
             seeds = [job.seed * 100_003 + index + i for i in range(len(batch))]
-            results = decoder.generate_batch([prompts[example.id] for example, _, _ in batch], seeds=seeds)
+            results = decoder.generate_batch([run.prompts[e.id] for e, _, _ in batch], seeds=seeds)
             for offset, ((example, _, seq_id), result) in enumerate(zip(batch, results, strict=True)):
-                completion = tokenizer.decode(result.token_ids, skip_special_tokens=True)
-                prediction = task.extract(completion, example.record)
+                completion = run.decode_text(result.token_ids)
+                prediction = run.task.extract(completion, example.record)
                 meta = {
                     "id": seq_id,
                     "example_id": example.id,
@@ -284,41 +227,3 @@ def collect_traces(
             bar.update(len(batch))
     bar.close()
     return out_dir
-
-
-@dataclass
-class Trajectory:
-    """One stored sequence, as training reads it."""
-
-    id: str
-    reward: float
-    tensors: dict[str, torch.Tensor]
-
-
-def load_traces(directory: str | Path) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Every finished sequence of a trace folder, and its manifest."""
-    path = Path(directory)
-    if not (path / "manifest.json").exists():
-        raise DataError(f"no traces at {path} (expected manifest.json; run `diversed collect-traces`)")
-    manifest = read_json(path / "manifest.json")
-    trajectories = [
-        Trajectory(s["id"], float(s["reward"]), read_tensors(path / f"{s['file']}.safetensors"))
-        for s in manifest["sequences"]
-        if s["tokens"] > 0
-    ]
-    if not trajectories:
-        raise DataError(f"{path} holds no non-empty traces")
-    return trajectories, manifest
-
-
-def collection_figures(directory: str | Path) -> dict[str, float]:
-    """What a trace folder holds, for its MLflow run: sequences, tokens, mean reward and the share
-    of sequences with a non-zero reward (pass/fail tasks need enough of those to train on)."""
-    sequences = read_json(Path(directory) / "manifest.json")["sequences"]
-    rewards = [s["reward"] for s in sequences]
-    return {
-        "sequences": len(sequences),
-        "tokens": sum(s["tokens"] for s in sequences),
-        "mean_reward": sum(rewards) / max(1, len(rewards)),
-        "rewarded_share": sum(r > 0 for r in rewards) / max(1, len(rewards)),
-    }

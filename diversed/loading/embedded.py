@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from diversed.files import cache_dir
+
 PREFIX = "embedded:"
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
@@ -85,11 +87,6 @@ PAIR = ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")
 
 class EmbeddedError(ValueError):
     """An embedded model is unknown, not fetched yet, or its download is corrupt."""
-
-
-def cache_dir() -> Path:
-    """``$DIVERSED_CACHE``, else ``~/.cache/diversed``."""
-    return Path(os.environ.get("DIVERSED_CACHE", Path.home() / ".cache" / "diversed"))
 
 
 def is_embedded(name: str) -> bool:

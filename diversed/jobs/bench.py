@@ -79,7 +79,7 @@ class BenchSpec:
 
 def _tiny_bench_pair():
     """A target several times costlier per token than its 1-layer draft (greedy agreement ~0.74)."""
-    from diversed.tiny import tiny_pair, tiny_tokenizer
+    from diversed.loading.tiny import tiny_pair, tiny_tokenizer
 
     tokenizer = tiny_tokenizer()
     target, draft = tiny_pair(
@@ -89,7 +89,7 @@ def _tiny_bench_pair():
 
 
 def _load_pair(spec: BenchSpec):
-    from diversed.models import load_pair, load_tokenizer
+    from diversed.loading.models import load_pair, load_tokenizer
 
     target, draft = load_pair(
         spec.target, spec.draft, spec.dtype, spec.device, onednn=spec.onednn, quantize=spec.quantize
@@ -101,7 +101,7 @@ def _stock_pair(spec: BenchSpec, target, draft):
     """The pair as a user of transformers loads it: same weights and dtype, torch's own linears."""
     if not spec.target:
         return copy.deepcopy(target), copy.deepcopy(draft)  # taken before our linears are installed
-    from diversed.models import load_pair
+    from diversed.loading.models import load_pair
 
     return load_pair(spec.target, spec.draft, spec.dtype, spec.device, onednn=False)
 
@@ -251,7 +251,7 @@ def run_bench(spec: BenchSpec) -> dict[str, Any]:
     )
     stock = _stock_pair(spec, target, draft)
     if not spec.target:
-        from diversed.models import use_cpu_linears
+        from diversed.loading.models import use_cpu_linears
 
         for model in (target, draft, *stock):
             model.to(spec.device)

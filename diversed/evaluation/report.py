@@ -1,5 +1,5 @@
 """Paper-style tables and Pareto plots from the workflow's score files, every figure with its n and its
-95% bootstrap interval (:mod:`diversed.bootstrap`).
+95% bootstrap interval (:mod:`diversed.evaluation.bootstrap`).
 
 ``main.{md,csv,tex}``: one row per method setting, one column group per dataset: the number of
 examples n, the share of completions that ended on their own (EOS or a stop string, not the token
@@ -11,7 +11,7 @@ size; each timing column names its batch size. ``paired_vs_sd.{md,csv}``: each s
 at the same temperature and draft length on the same examples (quality and acceptance, paired
 intervals), and for DIVERSED and the other non-static rules their quality minus the static sweep's
 at the same acceptance (above the curve when positive; paired over the three settings' examples).
-The plots are drawn by :mod:`diversed.plots`.
+The plots are drawn by :mod:`diversed.evaluation.plots`.
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ import re
 from pathlib import Path
 from typing import Any
 
-from diversed import bootstrap, frontier
-from diversed.comparisons import (
+from diversed.data import get_task
+from diversed.evaluation import bootstrap, frontier
+from diversed.evaluation.comparisons import (
     paired_vs_sd,
     speedup_over,
     versus_matched_static,
     versus_static_curve,
     versus_static_frontier,
 )
-from diversed.data import get_task
-from diversed.metrics import QUALITY
+from diversed.evaluation.metrics import QUALITY
 
 CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example", "speedup")
 METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "gate": 5, "diversed": 6}

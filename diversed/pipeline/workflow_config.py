@@ -66,8 +66,9 @@ def reference(schema_path: str | Path) -> str:
     lines = [
         "# The workflow's configuration",
         "",
-        "Generated from `workflow/schemas/config.schema.yaml` by `diversed.workflow_config.reference`",
-        "(`tests/test_cluster_path.py` checks that this file is current). `config/config.yaml` is the",
+        "Generated from `workflow/schemas/config.schema.yaml` by",
+        "`diversed.pipeline.workflow_config.reference` (`tests/test_cluster_path.py` checks that this file",
+        "is current). `config/config.yaml` is the",
         "laptop default, read only when no `--configfile` is given; any other config file stands alone,",
         "what it leaves out taking the defaults below. A decoding setting of `decode.grid` takes the",
         "CLI's knobs (`diversed decode --help`).",

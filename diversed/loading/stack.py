@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import diversed.backends.cuda  # noqa: F401  (registers the engine's graphs step)
 from diversed.config import DecodeConfig
 from diversed.engine.loop import Decoder
 
@@ -64,12 +65,12 @@ def load_stack(
 ) -> Stack:
     """Load the stack for a target (and draft, and head) by name; errors name what is wrong.
 
-    ``head`` is a folder written by ``train-head`` or a hand-made rule of :mod:`diversed.control`
+    ``head`` is a folder written by ``train-head`` or a hand-made rule of :mod:`diversed.loading.control`
     (``oracle:digits``); ``draft_transform`` damages the draft for a positive control.
     """
-    from diversed.control import ORACLES, DigitOracle, apply_draft_transform
     from diversed.head import load_head_for
-    from diversed.models import eos_ids, load_pair, load_tokenizer
+    from diversed.loading.control import ORACLES, DigitOracle, apply_draft_transform
+    from diversed.loading.models import eos_ids, load_pair, load_tokenizer
 
     tokenizer = load_tokenizer(target)
     target_model, draft_model = load_pair(
