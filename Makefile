@@ -81,9 +81,14 @@ reproduce: models
 	@echo "mlflow:  $(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow/mlruns.db"
 
 # The CPU study (config/cpu-study.yaml): hours on 2 cores, resumable; results in runs/cpu-study/.
+# A study through the workflow: `make study CONFIG=config/natural.yaml` decodes, scores and reports
+# every cell of that config in runs/natural/ (resumable; a cell whose n_examples grows decodes only
+# its new examples); commit the score files you keep (docs/results/<study>/cells/).
+CONFIG ?= config/cpu-study.yaml
+STUDY_DIR ?= runs/$(basename $(notdir $(CONFIG)))
 study: models
-	$(BIN)/snakemake --configfile config/cpu-study.yaml --directory runs/cpu-study
-	$(BIN)/snakemake --configfile config/cpu-study.yaml --directory runs/cpu-study --report report.html
+	$(BIN)/snakemake --configfile $(CONFIG) --directory $(STUDY_DIR)
+	$(BIN)/snakemake --configfile $(CONFIG) --directory $(STUDY_DIR) --report results/report.html
 
 lint: $(STAMP)
 	$(BIN)/ruff check diversed tests benchmarks
