@@ -13,7 +13,7 @@ from diversed.cli.flags import (
     add_decoding_flags,
     add_device_flag,
     add_model_flags,
-    add_prefix_flag,
+    add_run_flags,
     add_step_flag,
     add_stop_flag,
     check_method_inputs,
@@ -156,7 +156,6 @@ def add_generate(sub: argparse._SubParsersAction) -> None:
 def add_decode(sub: argparse._SubParsersAction) -> None:
     dec = sub.add_parser("decode", help="decode a dataset split into a resumable JSONL file")
     add_model_flags(dec)
-    add_step_flag(dec)
     add_decoding_flags(dec)
     dec.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
     dec.add_argument("--split", default="test", help="split to decode (default test)")
@@ -174,7 +173,6 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="start --out over when it holds another setting's records, instead of refusing (the workflow)",
     )
-    dec.add_argument("--quiet", action="store_true", help="no progress bar")
     dec.add_argument("--head", help="trained ensemble head folder (method diversed)")
     dec.add_argument(
         "--target-weight-from",
@@ -183,15 +181,12 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
         " (the direct static comparator of that head)",
     )
     dec.add_argument(
-        "--batch-size", type=int, default=1, help="prompts decoded together (1); outputs do not depend on it"
-    )
-    dec.add_argument(
         "--latency-examples",
         type=int,
         default=0,
         help="decode the job's first N examples one at a time: their timings are its seconds per example (0)",
     )
-    add_prefix_flag(dec)
+    add_run_flags(dec, 1, "prompts")
     add_stop_flag(dec)
     add_data_flags(dec)
     dec.set_defaults(func=cmd_decode)

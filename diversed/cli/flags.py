@@ -141,6 +141,20 @@ def run_options(args: argparse.Namespace) -> Any:
     )
 
 
+def add_run_flags(parser: argparse.ArgumentParser, batch_size: int, what: str) -> None:
+    """The flags of :func:`run_options`, for a command that runs models over a dataset: ``what``
+    names the batch's items (prompts, rollouts)."""
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=batch_size,
+        help=f"{what} decoded together ({batch_size}); outputs do not depend on it",
+    )
+    add_prefix_flag(parser)
+    add_step_flag(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
 def add_prefix_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--prefix-cache",

@@ -10,9 +10,8 @@ from diversed.cli.flags import (
     add_data_flags,
     add_device_flag,
     add_model_flags,
-    add_prefix_flag,
+    add_run_flags,
     add_sandbox_flag,
-    add_step_flag,
     add_stop_flag,
     check_step_device,
     from_args,
@@ -116,12 +115,7 @@ def add_collect_traces(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="delete traces in --out made with other settings (or another head) instead of stopping",
     )
-    col.add_argument("--quiet", action="store_true", help="no progress bar")
-    col.add_argument(
-        "--batch-size", type=int, default=1, help="rollouts sampled together (1); traces do not depend on it"
-    )
-    add_prefix_flag(col)
-    add_step_flag(col)
+    add_run_flags(col, 1, "rollouts")
     add_sandbox_flag(col)
     add_stop_flag(col)
     add_data_flags(col)
@@ -215,7 +209,6 @@ def add_check_head(sub: argparse._SubParsersAction) -> None:
     ch.add_argument(
         "--confidence", type=float, default=0.95, help="two-sided confidence of the intervals (0.95)"
     )
-    ch.add_argument("--batch-size", type=int, default=4, help="rollouts decoded together (4)")
     ch.add_argument(
         "--partial-credit", action="store_true", help="code rewards as the share of asserts passed"
     )
@@ -227,7 +220,6 @@ def add_check_head(sub: argparse._SubParsersAction) -> None:
     )
     add_sandbox_flag(ch)
     add_stop_flag(ch)
-    add_prefix_flag(ch)
-    add_step_flag(ch)
+    add_run_flags(ch, 4, "rollouts")
     add_data_flags(ch)
     ch.set_defaults(func=cmd_check_head)
