@@ -2,7 +2,8 @@
 this folder (decoding, head, results, tools; shared flags in flags).
 
 Flags use dashes; the original project's underscore spellings (``--num_assistant_tokens``,
-``--draft_ensemble_weights``, ``--max_tokens``, ``--do_sample``, ...) are accepted as aliases.
+``--draft_ensemble_weights``, ``--max_tokens``, ``--do_sample``, ...) are accepted as aliases. The
+top layer: it may import every other package, and none imports it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Datasets: ``load_examples(task, split, n)`` gives prompts, references and the raw records.
 
 The subset is the paper's: shuffle the split with ``random.Random(seed)`` (seed 42) and keep the
-first n, so it is the same on every machine and run.
+first n, so it is the same on every machine and run. ``tasks``: one class per task (prompt, answer
+extraction, reference, stops); ``sources``: where a split comes from (local file, package, cache,
+hub). A core package: it imports nothing else of diversed.
 """
 
 from __future__ import annotations

@@ -32,6 +32,8 @@ namespace. The scorer then runs generated code only in mode ``rlimits``, an expl
 as a group, with the same limits, and every score record says so. In the default mode,
 ``isolated`` (the old ``strict``), such a machine refuses to run generated code at all, and
 :func:`probe` names it before the first job (``diversed doctor``, the workflow's data status).
+
+A core package: it imports nothing else of diversed.
 """
 
 from __future__ import annotations
