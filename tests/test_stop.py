@@ -45,7 +45,7 @@ def test_the_workflow_passes_the_protocol_to_every_model_job(tmp_path):
     from test_workflow import copy_workflow
 
     workdir = copy_workflow(tmp_path)
-    config = yaml.safe_load((workdir / "config" / "ci.yaml").read_text())
+    config = yaml.safe_load((workdir / ".test" / "config" / "config.yaml").read_text())
     config["data"]["stop"] = "lm-eval"
     (workdir / "config" / "lm-eval.yaml").write_text(yaml.safe_dump(config))
     found = jobs(dry_run(workdir, tmp_path, "--configfile", "config/lm-eval.yaml"))

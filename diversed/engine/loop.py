@@ -374,13 +374,13 @@ class Decoder:
         if self.traces or self.rule.per_token_weights:
             signals = verifier_signals(p[:, :width], drafts.q, logits[:, :width], drafts.q_logits)
         if self.rule.needs_hidden_states:
-            weights = self.head(drafts.hidden, h_target[:, :width], signals).float()
+            reads = (signals,) if getattr(self.head, "signals", False) else ()
+            weights = self.head(drafts.hidden, h_target[:, :width], *reads).float()
         block = Block(drafts.tokens, drafts.num_drafted, p, drafts.q, logits, drafts.q_logits, weights)
         accepted, extra, v = verify(self.rule, block, self.sampling, rng)
         q_drafted = drafts.q.gather(2, drafts.tokens.unsqueeze(2)).squeeze(2).double()
-        trace = None
-        if self.traces:
-            trace = trace_fields(block, v, accepted, extra, drafts.hidden, h_target, signals)
+        seen = (block, v, accepted, extra, drafts.hidden, h_target, signals)
+        trace = trace_fields(*seen) if self.traces else None
         token_stats = None
         if weights is not None:  # w, TV and the target's entropy: TOKEN_STATS
             token_stats = torch.stack([weights, signals[..., 0], signals[..., 1]], dim=2)

@@ -31,8 +31,9 @@ def per_row(value: int | Sequence[int] | None, default: int, count: int, name: s
 
 
 # A head maps the draft's and the target's last-layer hidden states of the drafted positions,
-# [..., d_draft] and [..., d_target], to target weights w in [0, 1] of shape [...].
-EnsembleHead = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# [..., d_draft] and [..., d_target], to target weights w in [0, 1] of shape [...]; a head whose
+# ``signals`` attribute is true (diversed.head) also takes the verifier's signals [..., 3] third.
+EnsembleHead = Callable[..., torch.Tensor]
 
 
 @dataclass
