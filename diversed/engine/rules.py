@@ -20,8 +20,10 @@ resamples from norm((p - q)+).
 Greedy decoding (temperature 0) uses token matching against argmax v; the distributions are then
 the unfiltered temperature-1 ones.
 
-Every rule works position by position on tensors shaped [..., V] (a batch of B rows and L
-drafted positions is [B, L, V]), so one call verifies a whole batch's block.
+Rules take their knobs from a :class:`~diversed.config.DecodeConfig`, which validated each where
+it is declared; they do not check them again. Every rule works position by position on tensors
+shaped [..., V] (a batch of B rows and L drafted positions is [B, L, V]), so one call verifies a
+whole batch's block.
 """
 
 from __future__ import annotations
@@ -110,8 +112,6 @@ class LossyRule(Rule):
     """Lossy SD (Leviathan et al. 2023, App. A.5): accept min(1, p / (l q)), residual norm((p - q)+)."""
 
     def __init__(self, lenience: float) -> None:
-        if not 0.0 < lenience <= 1.0:
-            raise ValueError(f"lenience must be in (0, 1], got {lenience}")
         self.lenience = lenience
 
     def accept_prob(self, pos: Position, v: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -125,8 +125,6 @@ class EnsembleRule(Rule):
     """Static (fixed ``weight``) or dynamic (``weight=None``: per-position head weights) ensemble."""
 
     def __init__(self, weight: float | None, space: EnsembleSpace, sampling: Sampling) -> None:
-        if weight is not None and not 0.0 <= weight <= 1.0:
-            raise ValueError(f"target weight must be in [0, 1], got {weight}")
         self.weight = weight
         self.space = space
         self.sampling = sampling

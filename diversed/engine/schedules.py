@@ -30,8 +30,6 @@ class DraftSchedule:
     """Constant draft length, with the optional confidence criterion."""
 
     def __init__(self, num_tokens: int, confidence_threshold: float = 0.0) -> None:
-        if num_tokens < 1:
-            raise ValueError(f"num_assistant_tokens must be >= 1, got {num_tokens}")
         self.initial_tokens = num_tokens
         self.num_tokens = num_tokens
         self.threshold = confidence_threshold  # persists; updated by the ROC rule
