@@ -67,7 +67,7 @@ class CheckJob:
     seed: int = 1042  # orders the split; the traces' prompts are excluded by id, whatever their seed
     draft_transform: str | None = None
     confidence: float = 0.95
-    partial_credit: bool = False  # the reward the head was trained on (traces.task_reward)
+    partial_credit: bool = False  # the reward the head was trained on (evaluation.metrics.task_reward)
     acceptance_value: float = 1.0  # reward units one unit of acceptance is worth in J
     sandbox: str = "isolated"  # how code rewards run generated code (diversed.sandbox.MODES)
     stop: str = "paper"  # where rollouts stop (diversed.data.tasks.STOPS)
