@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from diversed import __version__
 
@@ -34,6 +36,12 @@ def commit() -> str:
     if not head:
         return f"diversed {__version__} (no git checkout)"
     return head[:12] + ("-dirty" if dirty else "")
+
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    """A short content hash of a job's settings (key order does not matter): what a resumed file's
+    records or traces must match to be adopted."""
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def head_sha256(head: str | None) -> str | None:

@@ -18,7 +18,6 @@ batched remainder gives its throughput. Each record says which batch it was in
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import os
 import resource
@@ -36,9 +35,9 @@ from diversed.devices import device_name
 from diversed.engine.stats import GenerationStats
 from diversed.evaluation.weights import token_class
 from diversed.files import read_resumable
-from diversed.jobs.runner import RunOptions, open_run
+from diversed.jobs.runner import RunOptions, batched, open_run
 from diversed.methods import Method
-from diversed.provenance import commit, head_sha256
+from diversed.provenance import commit, head_sha256, settings_hash
 
 # How every decode record's line begins (``id`` is its first key): a torn last line that begins
 # otherwise is not ours, and the file is refused rather than cut.
@@ -91,7 +90,7 @@ class DecodeJob:
         }
 
     def settings_hash(self) -> str:
-        return hashlib.sha256(json.dumps(self.settings(), sort_keys=True).encode()).hexdigest()[:16]
+        return settings_hash(self.settings())
 
 
 def read_finished(path: Path, job: DecodeJob, replace_stale: bool = False) -> dict[str, dict[str, Any]]:
@@ -324,4 +323,4 @@ def plan_batches(
     rest = sorted(
         (item for item in todo if item[0] >= latency_examples), key=lambda item: (lengths[item[0]], item[0])
     )
-    return [[item] for item in single] + [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
+    return [[item] for item in single] + batched(rest, batch_size)

