@@ -54,7 +54,8 @@ def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:
             ax.set_xlabel(x_label)
             ax.set_ylabel(f"{mine[0]['quality_name']} (95% CI)" if mine else "quality")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="best")
+            if ax.get_legend_handles_labels()[0]:  # an empty latency panel has nothing to name
+                ax.legend(fontsize=7, loc="best")
         written += _save(fig, out, name, plt)
     written += _speedup_plot(rows, datasets, out, plt)
     written += _weights_plot(rows, out, plt)
