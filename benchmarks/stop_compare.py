@@ -19,17 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from diversed.data.tasks import get_task
+from diversed.evaluation.score import batch_seconds, efficiency, read_records
 
 
 def load(path: Path) -> dict[str, dict[str, Any]]:
-    """Records by example id."""
-    with path.open() as f:
-        return {r["id"]: r for r in map(json.loads, f)}
-
-
-def batch_seconds(records: list[dict[str, Any]]) -> float:
-    """The decode seconds of a file: every batch's wall once."""
-    return sum({r["batch"]["id"]: r["batch"]["seconds"] for r in records}.values())
+    """A decode file's records by example id."""
+    return {r["id"]: r for r in read_records(path, "gsm8k")}
 
 
 def compare(paper: dict[str, dict[str, Any]], stopped: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -38,24 +33,22 @@ def compare(paper: dict[str, dict[str, Any]], stopped: dict[str, dict[str, Any]]
     if not ids:
         raise SystemExit("the two files share no example id")
     task = get_task("gsm8k")
-    prefix = same_answer = right_paper = right_stopped = only_paper = only_stopped = 0
-    cut = 0
+    prefix = cut = same_answer = right_paper = right_stopped = only_paper = only_stopped = 0
     for i in ids:
         p, s = paper[i], stopped[i]
         prefix += p["token_ids"][: len(s["token_ids"])] == s["token_ids"]
         cut += len(s["token_ids"]) < len(p["token_ids"])
-        a_p = task.extract(p["completion"], p) == p["reference"]
-        a_s = task.extract(s["completion"], s) == s["reference"]
-        same_answer += task.extract(p["completion"], p) == task.extract(s["completion"], s)
+        answer_p, answer_s = task.extract(p["completion"], p), task.extract(s["completion"], s)
+        a_p, a_s = answer_p == p["reference"], answer_s == s["reference"]
+        same_answer += answer_p == answer_s
         right_paper += a_p
         right_stopped += a_s
         only_paper += a_p and not a_s
         only_stopped += a_s and not a_p
-    rows_p = [paper[i] for i in ids]
-    rows_s = [stopped[i] for i in ids]
-    tokens = {"paper": sum(r["stats"]["new_tokens"] for r in rows_p)}
-    tokens["lm-eval"] = sum(r["stats"]["new_tokens"] for r in rows_s)
-    seconds = {"paper": round(batch_seconds(rows_p)), "lm-eval": round(batch_seconds(rows_s))}
+    rows = {"paper": [paper[i] for i in ids], "lm-eval": [stopped[i] for i in ids]}
+    cost = {stop: efficiency(records) for stop, records in rows.items()}
+    tokens = {stop: cost[stop]["new_tokens"] for stop in rows}
+    seconds = {stop: round(batch_seconds(records)) for stop, records in rows.items()}
     n = len(ids)
     return {
         "n": n,
@@ -68,11 +61,18 @@ def compare(paper: dict[str, dict[str, Any]], stopped: dict[str, dict[str, Any]]
         "new_tokens_ratio": round(tokens["lm-eval"] / tokens["paper"], 3),
         "decode_seconds": seconds,
         "decode_seconds_ratio": round(seconds["lm-eval"] / seconds["paper"], 3),
-        "ended_share": {
-            "paper": sum(r["finish_reason"] != "length" for r in rows_p) / n,
-            "lm-eval": sum(r["finish_reason"] != "length" for r in rows_s) / n,
-        },
+        "ended_share": {stop: cost[stop]["ended_share"] for stop in rows},
     }
+
+
+def same_but_stop(paper: dict[str, dict[str, Any]], stopped: dict[str, dict[str, Any]]) -> bool:
+    """Whether the two files' decoding settings differ only in the stop."""
+
+    def settings(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        first = next(iter(rows.values()))["settings"]
+        return {k: v for k, v in first.items() if k != "stop"}
+
+    return settings(paper) == settings(stopped)
 
 
 def main() -> None:
@@ -89,23 +89,13 @@ def main() -> None:
     record = {
         "paper": str(args.paper),
         "stopped": str(args.stopped),
-        "settings_equal_but_stop": _same_but_stop(paper, stopped),
+        "settings_equal_but_stop": same_but_stop(paper, stopped),
         **compare(paper, stopped),
     }
     text = json.dumps(record, indent=1)
     print(text)
     if args.out:
         args.out.write_text(text + "\n")
-
-
-def _same_but_stop(paper: dict[str, dict[str, Any]], stopped: dict[str, dict[str, Any]]) -> bool:
-    """Whether the two files' decoding settings differ only in the stop."""
-
-    def settings(rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        first = next(iter(rows.values()))["settings"]
-        return {k: v for k, v in first.items() if k != "stop"}
-
-    return settings(paper) == settings(stopped)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,12 @@ def read_records(path: str | Path, dataset: str | None = None) -> list[dict[str,
     return records
 
 
+def batch_seconds(records: list[dict[str, Any]]) -> float:
+    """The summed wall time of a decode file's batches, each batch once (all its records carry it)."""
+    batches = {r.get("batch", {}).get("id", r["id"]): r.get("batch", {}).get("seconds") for r in records}
+    return sum(seconds for seconds in batches.values() if seconds is not None)
+
+
 def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
     """Pooled over examples: rates are ratios of sums, not means of ratios.
 
@@ -40,8 +46,7 @@ def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
     total = GenerationStats.total(stats)
     single = GenerationStats.total(s for s in stats if s.batch_size == 1)
     n_single = sum(s.batch_size == 1 for s in stats)
-    batches = {r.get("batch", {}).get("id", r["id"]): r.get("batch", {}).get("seconds") for r in records}
-    wall = sum(seconds for seconds in batches.values() if seconds is not None)
+    wall = batch_seconds(records)
     ended = [r.get("finish_reason") in ("eos", "stop") for r in records]
     return {
         "ended_share": sum(ended) / len(ended),  # completions that ended on their own, not by budget
