@@ -229,6 +229,7 @@ def test_a_grown_cell_decodes_only_its_new_examples(workdir, tmp_path):
     [
         ("evaluation/report.py", {"tables_and_plots": 1, "all": 1}),
         ("evaluation/metrics.py", {"score": None, "tables_and_plots": 1, "all": 1}),
+        ("backends/cuda/graphs.py", {"decode": None, "score": None, "tables_and_plots": 1, "all": 1}),
     ],
 )
 def test_library_change_reruns_the_rules_that_use_it(workdir, module, expected):

@@ -30,6 +30,20 @@ LIBRARY = REPO / "diversed"
 SOFTWARE = str(REPO / "environment.yml")
 
 
+# What a model job computes with besides its own job module: the algorithm, both devices' speed
+# paths (a CUDA change must rerun a cluster's GPU cells), model and head loading, the task prompts.
+MODEL_CODE = (
+    "engine",
+    "backends/cpu",
+    "backends/cuda",
+    "loading/models.py",
+    "loading/stack.py",
+    "loading/control.py",
+    "head.py",
+    "data/tasks.py",
+)
+
+
 def src_hash(*modules):
     """Content hash of library modules (a folder counts as all its .py files), so editing one
     reruns exactly the rules that use it."""

@@ -24,7 +24,7 @@ rule decode:
         run=run_flags(),
         latency_examples=DECODE["latency_examples"],
         rows=lambda w: f"results/rows/{w.dataset}/{w.setting}.jsonl",
-        src=src_hash("engine", "backends/cpu", "jobs/decode.py", "data/tasks.py", "loading/control.py"),
+        src=src_hash("jobs/decode.py", *MODEL_CODE),
     threads: 2
     resources:
         gpu=GPU,

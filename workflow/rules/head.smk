@@ -69,7 +69,7 @@ rule check_head:
         seed=lambda w: int(w.seed) + 1000 + int(w.round),
         flags=data_flags(),
         run=run_flags(),
-        src=src_hash("jobs/check.py", "engine", "backends/cpu", "data/tasks.py", "loading/control.py"),
+        src=src_hash("jobs/check.py", *MODEL_CODE),
     threads: 2
     resources:
         gpu=GPU,

@@ -33,7 +33,7 @@ rule collect_traces:
         rollouts=HEAD["rollouts"],
         partial="--partial-credit" if HEAD["partial_credit"] else "",
         draft_length=HEAD["draft_length"],
-        src=src_hash("jobs/traces.py", "engine", "backends/cpu", "data/tasks.py", "loading/control.py"),
+        src=src_hash("jobs/traces.py", *MODEL_CODE),
     threads: 2
     resources:
         gpu=GPU,
