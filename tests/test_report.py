@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 import pytest
 
 from diversed.evaluation.comparisons import static_sweep
-from diversed.evaluation.plots import _pareto_panel, _reference_band
+from diversed.evaluation.plots import _pareto_panel, _reference_band, write_plots
+from diversed.evaluation.report import load_scores
+
+VERDICT_CELLS = Path(__file__).resolve().parents[1] / "docs" / "results" / "verdict" / "cells"
 
 matplotlib.use("Agg")
 
@@ -157,3 +162,21 @@ def test_a_rule_is_judged_against_the_static_frontier_not_the_neighbour_line():
     assert versus_static_curve(rule, [rule, *statics])["gap"] == pytest.approx(10.0)
     far = cell("gate", None, 0.95, 30)
     assert versus_static_frontier(far, [far, *statics])["outside"].startswith("acceptance 0.950 outside")
+
+
+def test_gate_cells_read_from_score_files_are_drawn_as_their_signals_family(tmp_path):
+    """The study's committed cells, as the report reads them: a gate row names its signal and
+    threshold, and the plot draws it as that gate's family line beside the static frontier."""
+    import matplotlib.pyplot as plt
+
+    rows = load_scores(sorted(VERDICT_CELLS.glob("*.json")))
+    gates = [r for r in rows if r["method"] == "gate"]
+    assert gates and all(r["gate"] in ("tv", "entropy") and r["gate_threshold"] > 0 for r in gates)
+    assert all(r["gate"] is None for r in rows if r["method"] != "gate")
+    fig, ax = plt.subplots()
+    _pareto_panel(ax, rows, "acceptance_rate")
+    labels = {c.get_label() for c in ax.containers} | {line.get_label() for line in ax.get_lines()}
+    assert {f"gate {r['gate']}" for r in gates} <= {label.split(",")[0] for label in labels}
+    assert "static frontier (concave envelope)" in labels
+    plt.close(fig)
+    assert any(p.name == "quality_vs_acceptance.png" for p in write_plots(rows, tmp_path))

@@ -117,6 +117,8 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "temperature": settings["temperature"],
                 "k": settings["num_assistant_tokens"],
                 "target_weight": settings.get("target_weight"),
+                "gate": settings.get("gate") if settings["method"] == "gate" else None,
+                "gate_threshold": settings.get("gate_threshold") if settings["method"] == "gate" else None,
                 "quality_name": QUALITY[task.metric],
                 "quality": score[QUALITY[task.metric]],
                 "acceptance_rate": score["acceptance_rate"],
