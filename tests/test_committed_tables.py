@@ -16,6 +16,7 @@ TABLE_SETS = {  # table prefix -> the score files it is made from
     "cpu-study/main": "cpu-study/scores/*/*.json",
     "embedded-default/main": "embedded-default/scores/*/*.json",
     "natural/tables/main": "natural/cells/*.json",
+    "verdict/tables/main": "verdict/cells/*.json",
 }
 
 
