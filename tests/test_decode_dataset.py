@@ -123,6 +123,22 @@ def test_score_reports_quality_and_efficiency(model_dirs, tmp_path, capsys):
     assert metrics["target_forwards_per_token"] == pytest.approx(
         sum(r["stats"]["target_forwards"] for r in records) / sum(r["stats"]["new_tokens"] for r in records)
     )
+    assert all(r["batch"]["cpu_seconds"] > 0 and r["batch"]["threads"] >= 1 for r in records)
+    assert metrics["cpu_share"] > 0
+
+
+def test_cpu_share_pools_each_batch_once_and_only_on_cpus():
+    from diversed.evaluation.score import cpu_share
+
+    def record(batch: str, seconds: float, cpu: float, device: str = "cpu") -> dict:
+        timing = {"id": batch, "seconds": seconds, "cpu_seconds": cpu, "threads": 2}
+        return {"device": device, "batch": timing}
+
+    alone, shared = record("a", 10.0, 19.0), record("b", 30.0, 21.0)
+    assert cpu_share([alone, alone, shared]) == pytest.approx(40 / 80)  # batch a counted once
+    assert cpu_share([alone]) == pytest.approx(0.95)
+    assert cpu_share([record("a", 10.0, 9.0, device="cuda:0 (NVIDIA H100)")]) is None
+    assert cpu_share([{"device": "cpu", "batch": {"id": "a", "seconds": 10.0}}]) is None  # older records
 
 
 def test_score_of_canonical_answers_is_perfect(tmp_path, canonical_decode_file):

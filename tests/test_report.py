@@ -180,3 +180,15 @@ def test_gate_cells_read_from_score_files_are_drawn_as_their_signals_family(tmp_
     assert "static frontier (concave envelope)" in labels
     plt.close(fig)
     assert any(p.name == "quality_vs_acceptance.png" for p in write_plots(rows, tmp_path))
+
+
+def test_a_cpu_jobs_throughput_says_what_share_of_its_cores_it_got():
+    from diversed.evaluation.report import main_table
+
+    rows = load_scores(sorted(VERDICT_CELLS.glob("*.json")))  # recorded before the share was
+    assert all(r["cpu_share"] is None for r in rows)
+    assert not main_table(rows, formatted=False).filter(like="CPU share").columns.size
+    rows[0]["cpu_share"] = 0.46
+    table = main_table(rows)
+    assert table.loc[rows[0]["setting"]].filter(like="tok/s").iloc[0].endswith("(CPU 46%)")
+    assert main_table(rows, formatted=False).loc[rows[0]["setting"], "gsm8k CPU share"] == 0.46

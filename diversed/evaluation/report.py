@@ -126,6 +126,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "seconds_per_example": score["seconds_per_example"],
                 "latency_examples": score.get("latency_examples") or 0,
                 "tokens_per_second": score["tokens_per_second"],
+                "cpu_share": score.get("cpu_share"),
                 "batch_size": score.get("batch_size", 1),
                 "target_step_seconds": score.get("target_step_seconds"),
                 "draft_step_seconds": score.get("draft_step_seconds"),
@@ -176,7 +177,9 @@ def _cell(value: float | None, interval: list[float] | None) -> str:
 
 def main_table(rows: list[dict[str, Any]], formatted: bool = True):
     """A wide DataFrame: settings x (dataset, figure); ``formatted``: cells ``value [low, high]``,
-    else numbers with ``_low``/``_high`` columns beside each figure that has an interval."""
+    else numbers with ``_low``/``_high`` columns beside each figure that has an interval. A CPU
+    job's tok/s says what share of its threads' CPU time it got: below ~100% another job shared the
+    cores, and the figure is not the method's speed."""
     import pandas as pd
 
     figures = [
@@ -194,6 +197,7 @@ def main_table(rows: list[dict[str, Any]], formatted: bool = True):
         "speedup": "speed-up (B=1)",
         "tokens_per_second": f"tok/s (B={batch})",
     }
+    shared = any(r.get("cpu_share") is not None for r in rows)
     long = []
     for r in rows:
         ended = r.get("ended_share")
@@ -205,10 +209,14 @@ def main_table(rows: list[dict[str, Any]], formatted: bool = True):
             interval = r.get(f"{f}_ci")
             if formatted:
                 cells[label] = _cell(r[f], interval)
+                if f == "tokens_per_second" and r.get("cpu_share") is not None:
+                    cells[label] += f" (CPU {100 * r['cpu_share']:.0f}%)"  # below ~100%: shared cores
             else:
                 cells[label] = r[f]
                 if f in CI_FIGURES:
                     cells[f"{label}_low"], cells[f"{label}_high"] = interval or (None, None)
+        if shared and not formatted:
+            cells["CPU share"] = r.get("cpu_share")
         long += [
             {"setting": r["setting"], "column": f"{r['dataset']} {k}", "value": v} for k, v in cells.items()
         ]

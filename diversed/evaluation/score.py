@@ -35,6 +35,19 @@ def batch_seconds(records: list[dict[str, Any]]) -> float:
     return sum(seconds for seconds in batches.values() if seconds is not None)
 
 
+def cpu_share(records: list[dict[str, Any]]) -> float | None:
+    """The share of its threads' CPU time a CPU job's batches got over their wall time, each batch
+    once: near 1 alone, lower where another job shared the cores (its throughput is then not the
+    method's). None on GPUs, whose host thread mostly waits, and for records that predate it."""
+    batches = {
+        r["batch"]["id"]: r["batch"]
+        for r in records
+        if r.get("device") == "cpu" and "cpu_seconds" in r.get("batch", {})
+    }
+    capacity = sum(b["seconds"] * b["threads"] for b in batches.values())
+    return sum(b["cpu_seconds"] for b in batches.values()) / capacity if capacity else None
+
+
 def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
     """Pooled over examples: rates are ratios of sums, not means of ratios.
 
@@ -55,6 +68,7 @@ def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
         "seconds_per_example": single.seconds / n_single if n_single else None,
         "latency_examples": n_single,
         "tokens_per_second": total.new_tokens / wall if wall else total.tokens_per_second,
+        "cpu_share": cpu_share(records),
         "batch_size": total.batch_size,
         "target_forwards_per_token": total.target_forwards / total.new_tokens if total.new_tokens else None,
         "target_step_seconds": single.target_seconds / single.target_forwards

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm import tqdm
 
 from diversed.config import DecodeConfig, check_range, differing_keys
@@ -208,10 +209,18 @@ def run_decode(
         for batch in batches:
             ids = [prompts[index] for index, _ in batch]
             seeds = [job.config.seed + index for index, _ in batch]
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             results = decoder.generate_batch(ids, seeds=seeds)
             seconds = time.perf_counter() - start
-            batch_info = {"size": len(batch), "id": f"{batch[0][1].id}+{len(batch)}", "seconds": seconds}
+            batch_info = {
+                "size": len(batch),
+                "id": f"{batch[0][1].id}+{len(batch)}",
+                "seconds": seconds,
+                # the CPU time the process got in that wall time, and the threads it could use: a
+                # batch that shared its cores with another job says so (evaluation.score.cpu_share)
+                "cpu_seconds": time.process_time() - cpu_start,
+                "threads": torch.get_num_threads(),
+            }
             for (_, example), result in zip(batch, results, strict=True):
                 completion = run.decode_text(result.token_ids)
                 record = {
