@@ -229,7 +229,6 @@ def test_a_grown_cell_decodes_only_its_new_examples(workdir, tmp_path):
     [
         ("evaluation/report.py", {"tables_and_plots": 1, "all": 1}),
         ("evaluation/metrics.py", {"score": None, "tables_and_plots": 1, "all": 1}),
-        ("backends/cuda/graphs.py", {"decode": None, "score": None, "tables_and_plots": 1, "all": 1}),
     ],
 )
 def test_library_change_reruns_the_rules_that_use_it(workdir, module, expected):
@@ -242,6 +241,21 @@ def test_library_change_reruns_the_rules_that_use_it(workdir, module, expected):
         path.write_text(original)
     assert set(jobs) == set(expected)
     assert all(jobs[k] == v for k, v in expected.items() if v is not None)
+
+
+def test_a_cuda_backend_change_reruns_every_model_job(workdir):
+    """GPU cells compute with backends/cuda: a change there reruns them (and what they feed) even
+    where the DAG itself ran on a CPU. The head's jobs are in the DAG only where MBPP is found."""
+    path = workdir / "diversed" / "backends" / "cuda" / "graphs.py"
+    original = path.read_text()
+    try:
+        path.write_text(original + "\n# an edit\n")
+        jobs = planned(snakemake(workdir, "-n", "--configfile", ".test/config/config.yaml").stdout)
+    finally:
+        path.write_text(original)
+    head = (workdir / "results" / "traces").is_dir()
+    expected = {"decode", "score", "tables_and_plots", "all"}
+    assert set(jobs) == expected | ({"collect_traces", "train_head", "check_head"} if head else set())
 
 
 @pytest.mark.parametrize(
