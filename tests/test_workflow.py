@@ -232,13 +232,7 @@ def test_a_grown_cell_decodes_only_its_new_examples(workdir, tmp_path):
     ],
 )
 def test_library_change_reruns_the_rules_that_use_it(workdir, module, expected):
-    path = workdir / "diversed" / module
-    original = path.read_text()
-    try:
-        path.write_text(original + "\n# an edit\n")
-        jobs = planned(snakemake(workdir, "-n", "--configfile", ".test/config/config.yaml").stdout)
-    finally:
-        path.write_text(original)
+    jobs = planned_after_editing(workdir, module)
     assert set(jobs) == set(expected)
     assert all(jobs[k] == v for k, v in expected.items() if v is not None)
 
@@ -246,16 +240,21 @@ def test_library_change_reruns_the_rules_that_use_it(workdir, module, expected):
 def test_a_cuda_backend_change_reruns_every_model_job(workdir):
     """GPU cells compute with backends/cuda: a change there reruns them (and what they feed) even
     where the DAG itself ran on a CPU. The head's jobs are in the DAG only where MBPP is found."""
-    path = workdir / "diversed" / "backends" / "cuda" / "graphs.py"
-    original = path.read_text()
-    try:
-        path.write_text(original + "\n# an edit\n")
-        jobs = planned(snakemake(workdir, "-n", "--configfile", ".test/config/config.yaml").stdout)
-    finally:
-        path.write_text(original)
+    jobs = planned_after_editing(workdir, "backends/cuda/graphs.py")
     head = (workdir / "results" / "traces").is_dir()
     expected = {"decode", "score", "tables_and_plots", "all"}
     assert set(jobs) == expected | ({"collect_traces", "train_head", "check_head"} if head else set())
+
+
+def planned_after_editing(workdir: Path, module: str) -> dict[str, int]:
+    """The dry run's jobs with one library module edited (and restored after)."""
+    path = workdir / "diversed" / module
+    original = path.read_text()
+    try:
+        path.write_text(original + "\n# an edit\n")
+        return planned(snakemake(workdir, "-n", "--configfile", ".test/config/config.yaml").stdout)
+    finally:
+        path.write_text(original)
 
 
 @pytest.mark.parametrize(
