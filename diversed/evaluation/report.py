@@ -107,6 +107,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
         task = get_task(score["dataset"])
         settings = score["settings"]
         untrained = bool((score.get("head_check") or {}).get("untrained"))
+        gate = settings["method"] == "gate"  # every record's settings name a gate; only gate cells use it
         rows.append(
             {
                 "dataset": score["dataset"],
@@ -117,8 +118,8 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
                 "temperature": settings["temperature"],
                 "k": settings["num_assistant_tokens"],
                 "target_weight": settings.get("target_weight"),
-                "gate": settings.get("gate") if settings["method"] == "gate" else None,
-                "gate_threshold": settings.get("gate_threshold") if settings["method"] == "gate" else None,
+                "gate": settings.get("gate") if gate else None,
+                "gate_threshold": settings.get("gate_threshold") if gate else None,
                 "quality_name": QUALITY[task.metric],
                 "quality": score[QUALITY[task.metric]],
                 "acceptance_rate": score["acceptance_rate"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +30,23 @@ def read_records(path: str | Path, dataset: str | None = None) -> list[dict[str,
     return records
 
 
+def batches(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A decode file's batches, each once (every record of a batch carries the same ``batch``)."""
+    return list({r["batch"]["id"]: r["batch"] for r in records if "batch" in r}.values())
+
+
 def batch_seconds(records: list[dict[str, Any]]) -> float:
-    """The summed wall time of a decode file's batches, each batch once (all its records carry it)."""
-    batches = {r.get("batch", {}).get("id", r["id"]): r.get("batch", {}).get("seconds") for r in records}
-    return sum(seconds for seconds in batches.values() if seconds is not None)
+    """The summed wall time of a decode file's batches."""
+    return sum(b["seconds"] for b in batches(records) if b.get("seconds") is not None)
 
 
 def cpu_share(records: list[dict[str, Any]]) -> float | None:
-    """The share of its threads' CPU time a CPU job's batches got over their wall time, each batch
-    once: near 1 alone, lower where another job shared the cores (its throughput is then not the
-    method's). None on GPUs, whose host thread mostly waits, and for records that predate it."""
-    batches = {
-        r["batch"]["id"]: r["batch"]
-        for r in records
-        if r.get("device") == "cpu" and "cpu_seconds" in r.get("batch", {})
-    }
-    capacity = sum(b["seconds"] * b["threads"] for b in batches.values())
-    return sum(b["cpu_seconds"] for b in batches.values()) / capacity if capacity else None
+    """The share of its threads' CPU time a CPU job's batches got over their wall time: near 1
+    alone, lower where another job shared the cores (its throughput is then not the method's).
+    None on GPUs, whose host thread mostly waits, and for records that predate it."""
+    timed = [b for b in batches(r for r in records if r.get("device") == "cpu") if "cpu_seconds" in b]
+    capacity = sum(b["seconds"] * b["threads"] for b in timed)
+    return sum(b["cpu_seconds"] for b in timed) / capacity if capacity else None
 
 
 def efficiency(records: list[dict[str, Any]]) -> dict[str, float | None]:
