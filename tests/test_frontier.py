@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from diversed.evaluation.frontier import POWER_FACTOR, above_frontier, envelope_at, hull
+from diversed.evaluation.frontier import POWER_FACTOR, above_frontier, envelope_at, familywise, hull
 
 CONVEX = ([0.6, 0.7, 0.8, 0.9], [36.0, 20.0, 20.0, 17.5])  # the natural pair's GSM8K shape
 CONCAVE = ([0.6, 0.8, 0.9], [30.0, 29.0, 20.0])
@@ -84,3 +84,29 @@ def test_the_plotted_frontier_keeps_only_the_envelopes_vertices():
     assert hull(list(zip(*CONVEX, strict=True))) == [(0.6, 36.0), (0.9, 17.5)]
     assert hull(list(zip(*CONCAVE, strict=True))) == list(zip(*CONCAVE, strict=True))
     assert hull(list(zip(*NOT_MONOTONE, strict=True))) == [(0.6, 30.0), (0.8, 28.0), (0.9, 5.0)]
+
+
+def test_familywise_intervals_hold_together_where_single_ones_do_not():
+    """Nine independent rules with true gap 0 and unit standard errors, 20,000 studies: the
+    Bonferroni intervals cover all nine at once in (1 - 0.05/9)^9 = 95.0% of studies (its bound is
+    tight for independent rules); nine single 95% intervals only in 0.95^9 = 63%."""
+    estimates = np.random.default_rng(0).normal(size=(20_000, 9))
+    found = [{"gap": 0.0, "se": 1.0} for _ in range(8)] + [
+        {"gap": None, "outside": "acceptance 0.950 outside"}
+    ]
+    familywise(found)
+    assert "family" not in found[-1]  # a rule outside the static range is not judged
+    assert found[0]["family"] == 8 and found[0]["gap_ci_familywise"] == pytest.approx(
+        [-2.7344, 2.7344], abs=1e-4
+    )
+    z = {m: familywise_z(m) for m in (1, 9)}
+    assert z[1] == pytest.approx(1.959964, abs=1e-5)
+    covered = {m: np.mean(np.all(np.abs(estimates) <= z[m], axis=1)) for m in z}
+    assert covered[9] == pytest.approx(0.95, abs=0.005) and covered[1] == pytest.approx(0.95**9, abs=0.02)
+
+
+def familywise_z(m: int) -> float:
+    """The half-width, in standard errors, that familywise gives each of m unit-error rules."""
+    found = [{"gap": 0.0, "se": 1.0} for _ in range(m)]
+    familywise(found)
+    return found[0]["gap_ci_familywise"][1]

@@ -9,8 +9,10 @@ quality metric, seconds per example (each printed as ``value [low, high]``; the 
 run), both measured at batch 1 as the paper does, and the job's throughput at its decoding batch
 size; each timing column names its batch size. ``paired_vs_sd.{md,csv}``: each setting minus ``sd``
 at the same temperature and draft length on the same examples (quality and acceptance, paired
-intervals), and for DIVERSED and the other non-static rules their quality minus the static sweep's
-at the same acceptance (above the curve when positive; paired over the three settings' examples).
+intervals), and for DIVERSED and the other non-static rules their quality minus the static frontier
+at the same acceptance (:mod:`diversed.evaluation.frontier`; paired over every static setting's
+examples) with its interval when all the rules of the cell must hold together, minus the neighbour
+line of the sweep, and the 80%-power effect of each comparison.
 The plots are drawn by :mod:`diversed.evaluation.plots`.
 """
 
@@ -157,6 +159,12 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
         row["vs_frontier"] = versus_static_frontier(row, rows)
         row["vs_static"] = versus_static_curve(row, rows)
         row["vs_matched"] = versus_matched_static(row, rows)
+    families: dict[tuple, list[dict[str, Any]]] = {}  # the rules judged against one frontier
+    for row in rows:
+        if row["vs_frontier"]:
+            families.setdefault((row["dataset"], row["temperature"], row["k"]), []).append(row["vs_frontier"])
+    for found in families.values():
+        frontier.familywise(found)
     return rows
 
 
@@ -166,6 +174,15 @@ def effect_80(interval: list[float] | None) -> str:
     if not interval:
         return "--"
     return f"{frontier.POWER_FACTOR * (interval[1] - interval[0]) / (2 * 1.959964):.3g}"
+
+
+def power_cell(found: dict[str, Any] | None, interval: str) -> str:
+    """A comparison's 80%-power effect: its own figure where it computed one from the bootstrap's
+    standard error (the frontier), else read from its 95% interval."""
+    found = found or {}
+    if found.get("effect_80") is not None:
+        return f"{found['effect_80']:.3g}"
+    return effect_80(found.get(interval))
 
 
 def _cell(value: float | None, interval: list[float] | None) -> str:
@@ -254,6 +271,7 @@ def paired_table(rows: list[dict[str, Any]]):
                 "delta quality": _cell(diff["quality"], diff["quality_ci"]),
                 "delta acceptance": _cell(diff.get("acceptance_rate"), diff.get("acceptance_rate_ci")),
                 "quality above the static frontier": frontier_cell(r.get("vs_frontier")),
+                "family-wise 95% (m rules)": familywise_cell(r.get("vs_frontier")),
                 "quality above the neighbour line": (
                     f"{_cell(r['vs_static']['gap'], r['vs_static']['gap_ci'])} ({r['vs_static']['between']})"
                     if r.get("vs_static")
@@ -267,7 +285,7 @@ def paired_table(rows: list[dict[str, Any]]):
                     else "--"
                 ),
                 "80%-power effect (sd / frontier / line / matched)": " / ".join(
-                    effect_80((r.get(key) or {}).get(name))
+                    power_cell(r.get(key), name)
                     for key, name in (
                         ("vs_sd", "quality_ci"),
                         ("vs_frontier", "gap_ci"),
@@ -291,6 +309,15 @@ def frontier_cell(found: dict[str, Any] | None) -> str:
     if found["gap"] is None:
         return found["outside"]
     return f"{_cell(found['gap'], found['gap_ci'])} (n {found['n']})"
+
+
+def familywise_cell(found: dict[str, Any] | None) -> str:
+    """``[-1.2, +12.6] (m 9)``: the frontier gap's interval when all m rules of its cell must hold
+    together (:func:`diversed.evaluation.frontier.familywise`)."""
+    if not found or "gap_ci_familywise" not in found:
+        return "--"
+    low, high = found["gap_ci_familywise"]
+    return f"[{low:.3g}, {high:.3g}] (m {found['family']})"
 
 
 def weights_table(rows: list[dict[str, Any]]):
