@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from diversed.evaluation.report import load_scores, write_tables
+from diversed.evaluation.report import load_scores
+from diversed.evaluation.tables import write_tables
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 TABLE_SETS = {  # table prefix -> the score files it is made from

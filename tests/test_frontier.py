@@ -91,9 +91,8 @@ def test_familywise_intervals_hold_together_where_single_ones_do_not():
     Bonferroni intervals cover all nine at once in (1 - 0.05/9)^9 = 95.0% of studies (its bound is
     tight for independent rules); nine single 95% intervals only in 0.95^9 = 63%."""
     estimates = np.random.default_rng(0).normal(size=(20_000, 9))
-    found = [{"gap": 0.0, "se": 1.0} for _ in range(8)] + [
-        {"gap": None, "outside": "acceptance 0.950 outside"}
-    ]
+    found = [{"gap": 0.0, "gap_ci": [-1.959964, 1.959964]} for _ in range(8)]
+    found.append({"gap": None, "gap_ci": None, "outside": "acceptance 0.950 outside"})
     familywise(found)
     assert "family" not in found[-1]  # a rule outside the static range is not judged
     assert found[0]["family"] == 8 and found[0]["gap_ci_familywise"] == pytest.approx(
@@ -105,8 +104,15 @@ def test_familywise_intervals_hold_together_where_single_ones_do_not():
     assert covered[9] == pytest.approx(0.95, abs=0.005) and covered[1] == pytest.approx(0.95**9, abs=0.02)
 
 
+def test_a_familywise_interval_keeps_the_skew_of_its_bootstrap_interval():
+    found = [{"gap": 1.0, "gap_ci": [-3.0, 2.0]}, {"gap": 0.0, "gap_ci": [-1.0, 1.0]}]
+    familywise(found)
+    stretch = 2.241403 / 1.959964  # z_(1 - 0.025/2) / z_0.975
+    assert found[0]["gap_ci_familywise"] == pytest.approx([1 - 4 * stretch, 1 + stretch], abs=1e-5)
+
+
 def familywise_z(m: int) -> float:
-    """The half-width, in standard errors, that familywise gives each of m unit-error rules."""
-    found = [{"gap": 0.0, "se": 1.0} for _ in range(m)]
+    """The half-width that familywise gives each of m rules whose single 95% interval is +-1.96."""
+    found = [{"gap": 0.0, "gap_ci": [-1.959964, 1.959964]} for _ in range(m)]
     familywise(found)
     return found[0]["gap_ci_familywise"][1]

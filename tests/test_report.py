@@ -113,7 +113,7 @@ def test_a_diversed_setting_is_compared_with_the_static_cell_at_its_own_mean_w()
 def test_the_paired_table_shares_its_quality_columns_across_metrics():
     """GSM8K (accuracy) and MBPP (pass@1) in one table: one set of quality columns, the metric named
     in its own column, no empty cells where the other dataset's metric would have been."""
-    from diversed.evaluation.report import paired_table
+    from diversed.evaluation.tables import paired_table
 
     def compared(dataset: str, name: str) -> dict:
         diff = {"n": 200, "quality": -2.0, "quality_ci": [-5.0, 1.0], "acceptance_rate": 0.1}
@@ -131,27 +131,31 @@ def test_the_paired_table_shares_its_quality_columns_across_metrics():
     assert list(table["delta quality"]) == ["-2 [-5, 1]"] * 2 and not table.isna().any().any()
 
 
+def cell(method: str, w: float | None, acceptance: float, quality: float) -> dict:
+    """A report row of 200 GSM8K examples with exactly this acceptance and accuracy."""
+    examples = [
+        {"id": str(i), "quality": 100.0 * (i < quality * 2), "accepted": acceptance * 10, "drafted": 10}
+        for i in range(200)
+    ]
+    return {
+        "method": method,
+        "dataset": "gsm8k",
+        "setting": f"{method} {w}",
+        "quality_name": "accuracy",
+        "temperature": 1.0,
+        "k": 4,
+        "target_weight": w,
+        "acceptance_rate": acceptance,
+        "per_example": [{**e, "blocks": 3, "seconds": 1.0, "batch_size": 8} for e in examples],
+        "corpus_bleu": False,
+    }
+
+
 def test_a_rule_is_judged_against_the_static_frontier_not_the_neighbour_line():
     """A convex static curve (sd 36 at acceptance 0.6, w = 0.75 20 at 0.7, w = 0.5 20 at 0.8, w = 0
     15 at 0.9): a rule at acceptance 0.78 scoring 30 lies +10 above the neighbour line but only
     +5.33 above the envelope, the chord from sd to w = 0; one at 0.95 gets no number."""
     from diversed.evaluation.comparisons import versus_static_curve, versus_static_frontier
-
-    def cell(method: str, w: float | None, acceptance: float, quality: float) -> dict:
-        examples = [
-            {"id": str(i), "quality": 100.0 * (i < quality * 2), "accepted": acceptance * 10, "drafted": 10}
-            for i in range(200)
-        ]
-        return {
-            "method": method,
-            "dataset": "gsm8k",
-            "temperature": 1.0,
-            "k": 4,
-            "target_weight": w,
-            "acceptance_rate": acceptance,
-            "per_example": [{**e, "blocks": 3, "seconds": 1.0, "batch_size": 8} for e in examples],
-            "corpus_bleu": False,
-        }
 
     statics = [cell("sd", None, 0.6, 36), cell("static", 0.75, 0.7, 20), cell("static", 0.5, 0.8, 20)]
     statics.append(cell("static", 0.0, 0.9, 15))
@@ -162,6 +166,24 @@ def test_a_rule_is_judged_against_the_static_frontier_not_the_neighbour_line():
     assert versus_static_curve(rule, [rule, *statics])["gap"] == pytest.approx(10.0)
     far = cell("gate", None, 0.95, 30)
     assert versus_static_frontier(far, [far, *statics])["outside"].startswith("acceptance 0.950 outside")
+
+
+def test_the_frontier_table_lists_the_judged_rules_best_first_with_their_family():
+    """Two rules inside the convex curve's range and one outside: the table has the two, the
+    better first, each with the frontier's quality at its acceptance and a family of m = 2."""
+    from diversed.evaluation import frontier
+    from diversed.evaluation.comparisons import versus_static_frontier
+    from diversed.evaluation.tables import frontier_table
+
+    rows = [cell("sd", None, 0.6, 36), cell("static", 0.5, 0.8, 20), cell("static", 0.0, 0.9, 15)]
+    rows += [cell("gate", 1.0, 0.78, 20), cell("gate", 2.0, 0.7, 30), cell("gate", 3.0, 0.95, 30)]
+    for r in rows:
+        r["vs_frontier"] = versus_static_frontier(r, rows) if r["method"] == "gate" else None
+    frontier.familywise([r["vs_frontier"] for r in rows if r["vs_frontier"]])
+    table = frontier_table(rows)
+    assert list(table["setting"]) == ["gate 2.0", "gate 1.0"]
+    assert list(table["frontier there"]) == ["29", "23.4"]  # the chord 36 - 21 (a - 0.6) at 0.7, 0.78
+    assert list(table["family-wise 95% (m rules)"].str.endswith("(m 2)")) == [True, True]
 
 
 def test_gate_cells_read_from_score_files_are_drawn_as_their_signals_family(tmp_path):
@@ -183,7 +205,7 @@ def test_gate_cells_read_from_score_files_are_drawn_as_their_signals_family(tmp_
 
 
 def test_a_cpu_jobs_throughput_says_what_share_of_its_cores_it_got():
-    from diversed.evaluation.report import main_table
+    from diversed.evaluation.tables import main_table
 
     rows = load_scores(sorted(VERDICT_CELLS.glob("*.json")))  # recorded before the share was
     assert all(r["cpu_share"] is None for r in rows)

@@ -157,6 +157,8 @@ def test_whole_dag_produces_tables_plots_and_report(workdir):
     paired = (workdir / "results/tables/paired_vs_sd.md").read_text()
     assert "| pass@1 " in paired and "delta quality" in paired and "delta acceptance" in paired
     assert "lossy" in paired
+    verdict = (workdir / "results/tables/frontier.md").read_text()  # declared, so in the HTML report too
+    assert verdict.startswith("Each relaxed rule minus the static frontier")
     snakemake(workdir, "--configfile", ".test/config/config.yaml", "--report", "results/report.html")
     assert (workdir / "results/report.html").stat().st_size > 100_000
 

@@ -21,7 +21,8 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from diversed.evaluation.plots import write_plots
-    from diversed.evaluation.report import load_scores, write_tables
+    from diversed.evaluation.report import load_scores
+    from diversed.evaluation.tables import write_tables
 
     rows = load_scores(args.scores)
     for path in write_tables(rows, args.tables) + write_plots(rows, args.plots):

@@ -17,8 +17,9 @@ smallest effect the comparison detects with 80% power at a two-sided 5% level:
 A study asks the question of several rules at once (six gates and three heads in
 ``config/verdict.yaml``): one of them lying above the frontier at 95% is then weak evidence.
 :func:`familywise` widens each rule's interval so that all m rules of a cell hold together at 95%
-(Bonferroni, from the bootstrap standard error: 2,000 resamples leave too few in a 0.3% tail to
-read a percentile there).
+(Bonferroni): each side of the percentile interval is stretched about the point by
+z_(1 - 0.025/m) / z_0.975, which keeps its skew (2,000 resamples leave too few in a 0.3% tail to
+read a percentile there) and never makes it narrower than the single interval.
 """
 
 from __future__ import annotations
@@ -85,13 +86,13 @@ def above_frontier(
     quality = corpus_quality or bootstrap.FIGURES["quality"]
     accept = bootstrap.FIGURES["acceptance_rate"]
 
-    def gap(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def gap(sample: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         sums = [bootstrap._sums(cols, sample) for cols in (mine, *statics)]
         a = np.stack([accept(s) for s in sums], axis=-1)
         q = np.stack([quality(s) for s in sums], axis=-1)
-        return q[..., 0] - envelope_at(a[..., 1:], q[..., 1:], a[..., 0]), a
+        return q[..., 0] - envelope_at(a[..., 1:], q[..., 1:], a[..., 0]), a, q
 
-    point, a = gap(full)
+    point, a, q = gap(full)
     low, high = float(np.nanmin(a[0, 1:])), float(np.nanmax(a[0, 1:]))
     if not np.isfinite(point[0]):
         return {
@@ -100,12 +101,14 @@ def above_frontier(
             "effect_80": None,
             "outside": f"acceptance {a[0, 0]:.3f} outside the static range [{low:.3f}, {high:.3f}]",
         }
-    spread, _ = gap(index)
+    spread, _, _ = gap(index)
     se = standard_error(spread)
     return {
+        "quality": float(q[0, 0]),  # over the examples every setting decoded, as the gap
+        "acceptance": float(a[0, 0]),
+        "frontier": float(q[0, 0] - point[0]),
         "gap": float(point[0]),
         "gap_ci": bootstrap.percentile_interval(spread),
-        "se": se,
         "effect_80": None if se is None else POWER_FACTOR * se,  # 80% power, two-sided 5%
         "outside_share": float(np.mean(~np.isfinite(spread))),  # resamples whose acceptance fell outside
         "range": [low, high],
@@ -114,13 +117,16 @@ def above_frontier(
 
 def familywise(found: Sequence[dict[str, Any]], level: float = bootstrap.LEVEL) -> None:
     """Give each comparison of one family (the rules judged against the same frontier) a
-    ``gap_ci_familywise`` interval, gap +- z_(1 - (1 - level) / 2m) x its standard error, so that
-    the m intervals cover their true gaps together with probability >= ``level`` (Bonferroni), and
-    ``family`` = m. Comparisons without a number (outside the static range) do not count."""
-    judged = [f for f in found if f.get("gap") is not None and f.get("se") is not None]
+    ``gap_ci_familywise`` interval, its ``level`` interval's sides stretched about the gap by
+    z_(1 - (1 - level) / 2m) / z_(1 - (1 - level) / 2), so that the m intervals cover their true gaps
+    together with probability >= ``level`` (Bonferroni), and ``family`` = m. Comparisons without
+    a number (outside the static range) do not count."""
+    judged = [f for f in found if f.get("gap") is not None and f.get("gap_ci") is not None]
     if not judged:
         return
-    z = NormalDist().inv_cdf(1 - (1 - level) / (2 * len(judged)))
+    normal = NormalDist()
+    stretch = normal.inv_cdf(1 - (1 - level) / (2 * len(judged))) / normal.inv_cdf(1 - (1 - level) / 2)
     for f in judged:
-        f["gap_ci_familywise"] = [f["gap"] - z * f["se"], f["gap"] + z * f["se"]]
+        (low, high), gap = f["gap_ci"], f["gap"]
+        f["gap_ci_familywise"] = [gap - stretch * (gap - low), gap + stretch * (high - gap)]
         f["family"] = len(judged)

@@ -15,7 +15,8 @@ from typing import Any
 from diversed.engine.stats import leviathan_speedup
 from diversed.evaluation.comparisons import static_sweep
 from diversed.evaluation.frontier import hull
-from diversed.evaluation.report import METHOD_ORDER, cell_sizes
+from diversed.evaluation.report import METHOD_ORDER
+from diversed.evaluation.tables import cell_sizes
 
 
 def write_plots(rows: list[dict[str, Any]], out_dir: str | Path) -> list[Path]:

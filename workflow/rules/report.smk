@@ -10,6 +10,7 @@ rule tables_and_plots:
         tex="results/tables/main.tex",
         paired=report("results/tables/paired_vs_sd.md", caption="../report/paired.rst", category="Tables"),
         paired_csv="results/tables/paired_vs_sd.csv",
+        frontier=report("results/tables/frontier.md", caption="../report/frontier.rst", category="Tables"),
         weights=report("results/tables/weights.md", caption="../report/weights.rst", category="Tables"),
         acceptance=report(
             "results/plots/quality_vs_acceptance.png", caption="../report/quality_vs_acceptance.rst", category="Plots"
@@ -21,6 +22,7 @@ rule tables_and_plots:
     params:
         src=src_hash(
             "evaluation/report.py",
+            "evaluation/tables.py",
             "evaluation/plots.py",
             "evaluation/comparisons.py",
             "evaluation/frontier.py",
