@@ -236,6 +236,12 @@ def weights_table(rows: list[dict[str, Any]]):
     return pd.DataFrame(lines)
 
 
+def _captioned(path: Path, caption: str, table, empty: str) -> Path:
+    """A markdown table under its caption, or the sentence that says why there is none."""
+    path.write_text(f"{caption}\n\n{empty if table.empty else table.to_markdown(index=False)}\n")
+    return path
+
+
 def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Path]:
     out = Path(out_prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -248,25 +254,27 @@ def write_tables(rows: list[dict[str, Any]], out_prefix: str | Path) -> list[Pat
     note += f" {heads}.\n\n" if heads else "\n\n"
     paths[1].write_text(note + table.to_markdown() + "\n")
     paths[2].write_text(table.to_latex(na_rep="--") + "\n")
-    weights = weights_table(rows)
-    (path := out.with_name("weights.md")).write_text(
-        "Where each head put its weight, on the tokens it decoded (bonus tokens, drawn from the"
-        " target alone, have none): mean, std, shares below 0.1 and above 0.9, mean by token class,"
-        " correlation with TV(p, q) and with the target's entropy.\n\n"
-        + ("No setting with per-token weights ran." if weights.empty else weights.to_markdown(index=False))
-        + "\n"
+    paths.append(
+        _captioned(
+            out.with_name("weights.md"),
+            "Where each head put its weight, on the tokens it decoded (bonus tokens, drawn from the"
+            " target alone, have none): mean, std, shares below 0.1 and above 0.9, mean by token class,"
+            " correlation with TV(p, q) and with the target's entropy.",
+            weights_table(rows),
+            "No setting with per-token weights ran.",
+        )
     )
-    paths.append(path)
-    judged = frontier_table(rows)
-    (path := out.with_name("frontier.md")).write_text(
-        "Each relaxed rule minus the static frontier (the upper concave envelope of the static"
-        " points, sd and w = 0 included) at its own acceptance, paired over the examples every"
-        " static setting of its cell decoded; the family-wise interval holds for all m rules of"
-        " the cell together (Bonferroni).\n\n"
-        + ("No rule has a number against a frontier." if judged.empty else judged.to_markdown(index=False))
-        + "\n"
+    paths.append(
+        _captioned(
+            out.with_name("frontier.md"),
+            "Each relaxed rule minus the static frontier (the upper concave envelope of the static"
+            " points, sd and w = 0 included) at its own acceptance, paired over the examples every"
+            " static setting of its cell decoded; the family-wise interval holds for all m rules of"
+            " the cell together (Bonferroni).",
+            frontier_table(rows),
+            "No rule has a number against a frontier.",
+        )
     )
-    paths.append(path)
     paired = paired_table(rows)
     paired_path = out.with_name("paired_vs_sd")
     for suffix, text in ((".csv", paired.to_csv(index=False)), (".md", paired.to_markdown(index=False))):
