@@ -75,7 +75,7 @@ reproduce: models
 	@echo
 	@cat results/tables/weights.md
 	@echo
-	@echo "tables:  results/tables/main.md (.csv, .tex), the heads' w on test tokens: weights.md"
+	@echo "tables:  results/tables/main.md (.csv, .tex); the verdict against the static frontier: frontier.md; the heads' w on test tokens: weights.md"
 	@echo "plots:   results/plots/"
 	@echo "report:  results/report.html"
 	@echo "mlflow:  $(BIN)/mlflow ui --backend-store-uri sqlite:///results/mlflow/mlruns.db"
