@@ -116,3 +116,14 @@ def familywise_z(m: int) -> float:
     found = [{"gap": 0.0, "gap_ci": [-1.959964, 1.959964]} for _ in range(m)]
     familywise(found)
     return found[0]["gap_ci_familywise"][1]
+
+
+def test_a_setting_on_a_static_point_example_by_example_has_no_power_figure():
+    """A head that collapsed onto w = 0 decodes what w = 0 decodes: the gap is 0 in every resample,
+    and "detects an effect of 0 with 80% power" would be false; there is no figure."""
+    from diversed.evaluation.tables import effect_80
+
+    statics = [cell(a, q) for a, q in zip(*CONVEX, strict=True)]
+    found = above_frontier(cell(0.9, 17.5), statics)
+    assert found["gap"] == 0.0 and found["gap_ci"] == [0.0, 0.0] and found["effect_80"] is None
+    assert effect_80([0.0, 0.0]) == "--" and effect_80([-1.0, 1.0]) == "1.43"

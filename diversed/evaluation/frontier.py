@@ -67,9 +67,12 @@ def hull(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
 
 
 def standard_error(spread: np.ndarray) -> float | None:
-    """The standard deviation of a bootstrap distribution's finite values (None from fewer than 2)."""
+    """The standard deviation of a bootstrap distribution's finite values; None from fewer than 2,
+    or when every resample gives the same gap (a setting that sits on a static point example by
+    example: no spread, so no power figure rather than a detectable effect of 0)."""
     finite = spread[np.isfinite(spread)]
-    return float(finite.std(ddof=1)) if finite.size > 1 else None
+    se = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
+    return se if se > 0 else None
 
 
 def above_frontier(

@@ -28,8 +28,9 @@ from diversed.evaluation.report import CI_FIGURES, METHOD_ORDER, head_note
 
 def effect_80(interval: list[float] | None) -> str:
     """The smallest true difference a paired comparison detects with 80% power (two-sided 5%),
-    from its 95% interval: (z_0.975 + z_0.8) standard errors, about 1.43 half-widths."""
-    if not interval:
+    from its 95% interval: (z_0.975 + z_0.8) standard errors, about 1.43 half-widths. A zero-width
+    interval (two arms alike on every example) has no spread to measure power by: ``--``."""
+    if not interval or interval[1] == interval[0]:
         return "--"
     return f"{frontier.POWER_FACTOR * (interval[1] - interval[0]) / (2 * 1.959964):.3g}"
 
