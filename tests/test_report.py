@@ -169,21 +169,24 @@ def test_a_rule_is_judged_against_the_static_frontier_not_the_neighbour_line():
 
 
 def test_the_frontier_table_lists_the_judged_rules_best_first_with_their_family():
-    """Two rules inside the convex curve's range and one outside: the table has the two, the
-    better first, each with the frontier's quality at its acceptance and a family of m = 2."""
+    """Three rules inside the convex curve's range (one of them on the w = 0 point) and one outside:
+    the table has the three, best first, each with the frontier's quality at its acceptance and a
+    family of m = 3."""
     from diversed.evaluation import frontier
     from diversed.evaluation.comparisons import versus_static_frontier
     from diversed.evaluation.tables import frontier_table
 
     rows = [cell("sd", None, 0.6, 36), cell("static", 0.5, 0.8, 20), cell("static", 0.0, 0.9, 15)]
     rows += [cell("gate", 1.0, 0.78, 20), cell("gate", 2.0, 0.7, 30), cell("gate", 3.0, 0.95, 30)]
+    rows.append(cell("gate", 4.0, 0.9, 15))  # on the w = 0 point, example by example: no power figure
     for r in rows:
         r["vs_frontier"] = versus_static_frontier(r, rows) if r["method"] == "gate" else None
     frontier.familywise([r["vs_frontier"] for r in rows if r["vs_frontier"]])
     table = frontier_table(rows)
-    assert list(table["setting"]) == ["gate 2.0", "gate 1.0"]
-    assert list(table["frontier there"]) == ["29", "23.4"]  # the chord 36 - 21 (a - 0.6) at 0.7, 0.78
-    assert list(table["family-wise 95% (m rules)"].str.endswith("(m 2)")) == [True, True]
+    assert list(table["setting"]) == ["gate 2.0", "gate 4.0", "gate 1.0"]
+    assert list(table["frontier there"]) == ["29", "15", "23.4"]  # the chord 36 - 70 (a - 0.6)
+    assert list(table["family-wise 95% (m rules)"].str.endswith("(m 3)")) == [True] * 3
+    assert table["80%-power effect"].iloc[1] == "--"
 
 
 def test_gate_cells_read_from_score_files_are_drawn_as_their_signals_family(tmp_path):

@@ -206,7 +206,7 @@ def frontier_table(rows: list[dict[str, Any]]):
                 "frontier there": f"{found['frontier']:.3g}",
                 "above the frontier [95%]": _cell(found["gap"], found["gap_ci"]),
                 "family-wise 95% (m rules)": familywise_cell(found),
-                "80%-power effect": f"{found['effect_80']:.3g}",
+                "80%-power effect": power_cell(found, "gap_ci"),
                 "_gap": found["gap"],
             }
         )
