@@ -29,7 +29,7 @@ def test_gpu_script_runs_on_cpu_with_tiny_shapes():
         capture_output=True,
         text=True,
         check=True,
-        timeout=600,
+        timeout=1800,  # a hang guard, not a timing: 586 s measured on 2 AVX2 cores beside a study job
     )
     result = json.loads(out.stdout[out.stdout.index("{") :])
     ours = ("ours_auto", "ours_sd", "ours_auto[fixed]", "ours_sd[fixed]")  # off CUDA: eager and fixed
