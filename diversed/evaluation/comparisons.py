@@ -37,9 +37,14 @@ def static_sweep(rows: list[dict[str, Any]]) -> list[tuple[float, dict[str, Any]
     return sorted(sweep, key=lambda pair: pair[0])
 
 
+def cell_key(row: dict[str, Any]) -> tuple:
+    """The cell a setting belongs to: its dataset, temperature and draft length."""
+    return row["dataset"], row["temperature"], row["k"]
+
+
 def same_cell(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two settings whose rows are comparable: the same dataset, temperature and draft length."""
-    return (a["dataset"], a["temperature"], a["k"]) == (b["dataset"], b["temperature"], b["k"])
+    """Two settings whose rows are comparable: the same cell."""
+    return cell_key(a) == cell_key(b)
 
 
 def versus_static_frontier(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ from typing import Any
 from diversed.data import get_task
 from diversed.evaluation import bootstrap, frontier
 from diversed.evaluation.comparisons import (
+    cell_key,
     paired_vs_sd,
     speedup_over,
     versus_matched_static,
@@ -152,7 +153,7 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
     families: dict[tuple, list[dict[str, Any]]] = {}  # the rules judged against one frontier
     for row in rows:
         if row["vs_frontier"]:
-            families.setdefault((row["dataset"], row["temperature"], row["k"]), []).append(row["vs_frontier"])
+            families.setdefault(cell_key(row), []).append(row["vs_frontier"])
     for found in families.values():
         frontier.familywise(found)
     return rows

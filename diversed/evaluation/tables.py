@@ -110,10 +110,11 @@ def main_table(rows: list[dict[str, Any]], formatted: bool = True):
 
 def paired_table(rows: list[dict[str, Any]]):
     """Each setting minus sd on the same examples (n, delta quality and delta acceptance), its quality
-    above the static line at its acceptance, a DIVERSED setting minus the static cell at its own mean
-    w, and each quality comparison's half-width (about the smallest difference it can detect). The
-    quality metric is named in a column of its own, so datasets scored by different metrics (GSM8K's
-    accuracy, MBPP's pass@1) share one set of columns."""
+    above the static frontier at its acceptance with its family-wise interval, above the neighbour
+    line, a DIVERSED setting minus the static cell at its own mean w, and each comparison's
+    80%-power effect (the smallest true difference it detects). The quality metric is named in a
+    column of its own, so datasets scored by different metrics (GSM8K's accuracy, MBPP's pass@1)
+    share one set of columns."""
     import pandas as pd
 
     records = []
