@@ -254,12 +254,55 @@ def _collapsed(head: EnsembleHead) -> EnsembleHead:
 def test_the_rule_ranks_trained_checkpoints_by_their_objective_and_never_keeps_the_start():
     """The start (w = 0.5, static) is scored for reference only; among trained checkpoints the
     objective reward gain + value x acceptance decides, so what acceptance is worth changes it."""
-    start = {"val_reward_gain": 0.0, "val_acceptance": 0.9}
-    careful = {"val_reward_gain": 0.30, "val_acceptance": 0.70}
-    greedy = {"val_reward_gain": -0.05, "val_acceptance": 0.95}
-    assert choose([dict(start), dict(careful), dict(greedy)], 1.0) == 1  # 1.00 against 0.90
-    assert choose([dict(start), dict(careful), dict(greedy)], 10.0) == 2  # acceptance worth more
-    assert choose([dict(start)], 1.0) == 0  # nothing trained: the start is all there is
+    start = {"val_reward_gain": 0.0, "val_acceptance": 0.9, "val_weight_std": 0.0}
+    careful = {"val_reward_gain": 0.30, "val_acceptance": 0.70, "val_weight_std": 0.2}
+    greedy = {"val_reward_gain": -0.05, "val_acceptance": 0.95, "val_weight_std": 0.2}
+    assert choose([dict(start), dict(careful), dict(greedy)], 1.0) == (1, True)  # 1.00 against 0.90
+    assert choose([dict(start), dict(careful), dict(greedy)], 10.0) == (2, True)  # acceptance worth more
+    assert choose([dict(start)], 1.0) == (0, False)  # nothing trained: the start is all there is
+
+
+def test_a_checkpoint_with_a_constant_weight_is_kept_only_when_every_trained_one_is_constant():
+    """A head at w ~ 0.006 on every token is static w = 0 in effect: a per-token checkpoint wins
+    over it even with a lower objective; when all are constant, the objective alone decides."""
+    start = {"val_reward_gain": 0.0, "val_acceptance": 0.91, "val_weight_std": 0.0}
+    varying = {"val_reward_gain": 0.05, "val_acceptance": 0.97, "val_weight_std": 0.16}
+    collapsed = {"val_reward_gain": 0.10, "val_acceptance": 1.00, "val_weight_std": 0.02}
+    assert choose([dict(start), dict(varying), dict(collapsed)], 1.0, 0.05) == (1, True)
+    assert choose([dict(start), dict(varying), dict(collapsed)], 1.0, 0.0) == (2, True)
+    flat = {**varying, "val_weight_std": 0.01}
+    assert choose([dict(start), dict(flat), dict(collapsed)], 1.0, 0.05) == (2, False)
+
+
+def test_select_head_keeps_the_best_checkpoint_whose_weight_varies_enough():
+    """End to end on synthetic traces (seeded, so every run trains the same checkpoints): raising
+    the spread threshold past the best checkpoint's spread moves the choice to the best of the
+    rest; past every spread (w in [0, 1] has std <= 0.5) the objective alone decides, and the
+    record says every checkpoint is a static rule in effect."""
+    trajectories, _ = synthetic_traces(32)
+    trajectories = [
+        Trajectory(f"p{i}@w0.5", float(t.reward >= 0.8), t.tensors) for i, t in enumerate(trajectories)
+    ]
+    cfg = TrainConfig(epochs=3, batch_size=8, lr=5e-2, warmup_steps=2, seed=0)
+
+    def run(threshold: float) -> dict:
+        return select_head(
+            trajectories, cfg, [0.03, 30.0], 0.25, 1.0, progress=False, min_weight_std=threshold
+        )[1]
+
+    free = run(0.0)
+    trained = free["candidates"][1:]
+    assert free["candidates"][0]["val_weight_std"] == 0.0  # the start: w = 0.5 on every token
+    best = max(trained, key=lambda c: c["val_objective"])
+    assert free["chosen"] == best
+    threshold = best["val_weight_std"] + 1e-3
+    strict = run(threshold)
+    eligible = [c for c in strict["candidates"][1:] if c["val_weight_std"] >= threshold]
+    assert eligible, "the synthetic traces should leave a checkpoint above the best one's spread"
+    assert strict["chosen"] == max(eligible, key=lambda c: c["val_objective"]) != best
+    assert "varies" in strict["rule"]
+    none = run(1.0)
+    assert none["chosen"] == best and "static rule in effect" in none["rule"]
 
 
 def test_lower_bound_of_identical_runs_is_exactly_zero_and_needs_two_prompts():

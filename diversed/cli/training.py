@@ -49,6 +49,7 @@ def cmd_train_head(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         confidence=args.confidence,
         device=args.device,
+        min_weight_std=args.min_weight_std,
     )
     plot_weight_histogram(card, args.out)  # beside head.json: a tracked run logs the whole folder
     print(json.dumps({"out": args.out, **card["metrics"]}, indent=2))
@@ -164,6 +165,13 @@ def add_train_head(sub: argparse._SubParsersAction) -> None:
         default=1.0,
         help="reward units one unit of acceptance is worth: checkpoints are ranked by validation reward gain"
         " + this x validation acceptance (1.0)",
+    )
+    tr.add_argument(
+        "--min-weight-std",
+        type=float,
+        default=0.05,
+        help="a checkpoint whose w varies less than this (standard deviation over the validation tokens) is a"
+        " static rule in effect, kept only when every trained one is (0.05)",
     )
     tr.add_argument(
         "--confidence",

@@ -14,7 +14,12 @@ and the training make: ``val_objective`` = ``val_reward_gain`` + ``acceptance_va
 ``val_acceptance`` (reward units), and takes the highest. The starting head is scored too, for
 reference, but never chosen: an untrained head is the static ensemble at w = 0.5, which the static
 sweep already covers, so the workflow always keeps a trained head and lets its on-policy check
-(:mod:`diversed.jobs.check`) say whether it beats the static rule at its own mean w. Each
+(:mod:`diversed.jobs.check`) say whether it beats the static rule at its own mean w. For the same
+reason a trained checkpoint whose w hardly varies over the validation tokens (standard deviation
+below ``min_weight_std``) is scored but kept only when every trained one is like it: a constant
+weight is a static point the sweep already has, and its check can only find the two arms alike (the
+embedded default's lambda = 3 head settled at w ~ 0.006 with the highest objective, which the report
+then showed as a "DIVERSED" equal to static w = 0 on every example). Each
 checkpoint is also scored against that *static comparator* off-policy here, the constant head at
 its own validation mean w (``val_reward_vs_static``, ``val_acceptance_vs_static``), and against the
 start (``val_reward_vs_start`` with its one-sided lower bound), so the card shows how far each move
@@ -38,6 +43,10 @@ import torch
 from diversed.head import EnsembleHead
 from diversed.training.objective import flatten, policy
 from diversed.training.traces import Trajectory
+
+# The least standard deviation of w over the validation tokens that makes a checkpoint a per-token
+# rule rather than a static one (module docstring); the workflow's head.min_weight_std.
+MIN_WEIGHT_STD = 0.05
 
 
 def _prompt(t: Trajectory) -> str:
@@ -65,6 +74,7 @@ def _scores(
         "val_reward_gain": float(per_prompt.mean()),
         "val_acceptance": float((1 - w * tensors["tv"]).mean()),
         "val_mean_weight": float(w.mean()),
+        "val_weight_std": float(w.std()) if w.numel() > 1 else 0.0,
     }
 
 
@@ -137,13 +147,19 @@ def split_by_prompt(
     return train, [t for t in trajectories if _prompt(t) in held]
 
 
-def choose(candidates: Sequence[dict[str, Any]], acceptance_value: float = 1.0) -> int:
-    """Index of the checkpoint the selection rule of the module docstring picks: the highest
-    validation objective among the trained ones (candidate 0, the start, only when it is alone);
-    each candidate gets its ``val_objective``."""
+def choose(
+    candidates: Sequence[dict[str, Any]],
+    acceptance_value: float = 1.0,
+    min_weight_std: float = MIN_WEIGHT_STD,
+) -> tuple[int, bool]:
+    """(index, varies) of the checkpoint the selection rule of the module docstring picks: the
+    highest validation objective among the trained ones whose ``val_weight_std`` reaches
+    ``min_weight_std``, or among all trained ones when none does (``varies`` is then False);
+    candidate 0, the start, only when it is alone. Each candidate gets its ``val_objective``."""
     for candidate in candidates:
         candidate["val_objective"] = (
             candidate["val_reward_gain"] + acceptance_value * candidate["val_acceptance"]
         )
     trained = range(1, len(candidates)) if len(candidates) > 1 else range(1)
-    return max(trained, key=lambda i: candidates[i]["val_objective"])
+    varying = [i for i in trained if candidates[i]["val_weight_std"] >= min_weight_std]
+    return max(varying or trained, key=lambda i: candidates[i]["val_objective"]), bool(varying)

@@ -31,7 +31,13 @@ from diversed.training.objective import (
     lr_factor,
     resolve_baseline,
 )
-from diversed.training.selection import choose, prompt_gains, split_by_prompt, validation_figures
+from diversed.training.selection import (
+    MIN_WEIGHT_STD,
+    choose,
+    prompt_gains,
+    split_by_prompt,
+    validation_figures,
+)
 from diversed.training.traces import Trajectory, load_traces
 
 LogStep = Callable[[int, dict[str, float]], None]
@@ -153,10 +159,12 @@ def select_head(
     log_step: LogStep | None = None,
     progress: bool = True,
     confidence: float = 0.95,
+    min_weight_std: float = MIN_WEIGHT_STD,
 ) -> tuple[EnsembleHead, dict[str, Any], dict[float, EnsembleHead]]:
     """Train one head per lambda on the train prompts, score every epoch and the starting head
     (``init``, the previous round's, else the fresh one) on the validation prompts, and return the
-    chosen checkpoint (the trained one with the highest validation objective, :func:`choose`) with
+    chosen checkpoint (the trained one with the highest validation objective among those whose w
+    varies by at least ``min_weight_std`` on the validation tokens, :func:`choose`) with
     a record of every candidate, and each lambda's last epoch (the finalists a study may decode).
     Without validation prompts (too few) the last epoch of the first lambda is taken, and the
     record says so; without reward information nothing is trained, and the start is returned."""
@@ -198,9 +206,14 @@ def select_head(
                 first_step=first,
             )
         if validation:
-            index = choose(candidates, acceptance_value)
+            index, varies = choose(candidates, acceptance_value, min_weight_std)
+            among = (
+                f"whose w varies (val_weight_std >= {min_weight_std:g})"
+                if varies
+                else f"(none has val_weight_std >= {min_weight_std:g}: every one is a static rule in effect)"
+            )
             rule = (
-                f"the trained checkpoint with the highest val_objective = val_reward_gain + "
+                f"the trained checkpoint {among} with the highest val_objective = val_reward_gain + "
                 f"{acceptance_value:g} x val_acceptance ({len(start_gains)} validation prompts)"
             )
         else:
@@ -231,6 +244,7 @@ def train_from_traces(
     progress: bool = True,
     confidence: float = 0.95,
     device: str = "cpu",
+    min_weight_std: float = MIN_WEIGHT_STD,
 ) -> dict[str, Any]:
     """Train on one or several trace folders (the rounds so far), starting from the head at
     ``init`` if given, choose lambda and the epoch by the selection rule, save head and card.
@@ -261,6 +275,7 @@ def train_from_traces(
         log_step,
         progress,
         confidence,
+        min_weight_std,
     )
     weights = weight_card(head, trajectories)
     settings = manifests[-1]["settings"]

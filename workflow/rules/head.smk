@@ -24,6 +24,7 @@ rule train_head:
         baseline=HEAD["baseline"],
         validation_share=HEAD["validation_share"],
         value=HEAD["check_acceptance_value"],
+        min_weight_std=HEAD["min_weight_std"],
         confidence=HEAD["select_confidence"],
         seed=lambda w: int(w.seed),
         device=MODELS["device"],
@@ -40,7 +41,7 @@ rule train_head:
         " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr} {params.signals}"
         " --reg-lambda {params.reg_lambda} --reg-scale {params.reg_scale} --baseline {params.baseline}"
         " --validation-share {params.validation_share} --acceptance-value {params.value}"
-        " --confidence {params.confidence}"
+        " --min-weight-std {params.min_weight_std} --confidence {params.confidence}"
         " --seed {params.seed} --quiet > {log} 2>&1"
 
 
