@@ -47,6 +47,10 @@ def test_equal_arms_are_not_distinguishable_and_a_worse_head_is_below():
     same = verdict(_rows("head", [1.0, 0.0], 6) + _rows("static", [1.0, 0.0], 6), 0.95)
     assert same["reward"]["change"] == 0 and same["reward"]["ci"] == [0.0, 0.0]
     assert "rolled out alike" in same["verdict"]  # a zero-width interval is no power statement
+    assert same["reward"]["effect_80"] is None
+    faster = verdict(_rows("head", [1.0, 0.0], 7) + _rows("static", [1.0, 0.0], 6), 0.95)
+    assert faster["reward"]["effect_80"] is None and faster["acceptance"]["change"] == pytest.approx(1 / 8)
+    assert "same reward as static" in faster["verdict"] and "acceptance +0.125" in faster["verdict"]
     close = verdict(_rows("head", [1.0, 0.0], 6) + _rows("static", [1.0, 1.0, 0.0, 0.0], 6), 0.95)
     assert "not distinguishable" in close["verdict"]
     worse = verdict(_rows("head", [0.0, 0.0, 1.0], 6) + _rows("static", [1.0, 1.0, 0.0], 6), 0.95)

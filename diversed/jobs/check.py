@@ -101,14 +101,17 @@ def held_out(job: CheckJob, exclude: set[str], data_dir: str | Path | None, allo
 
 
 def paired_change(differences: torch.Tensor, confidence: float) -> dict[str, Any]:
-    """Mean of per-prompt differences, its two-sided interval and the 80%-power effect."""
+    """Mean of per-prompt differences, its two-sided interval and the 80%-power effect. Differences
+    alike on every prompt have no spread: their interval has zero width and says nothing about the
+    effect the check could detect, so there is no power figure (None)."""
     n = differences.numel()
     mean = float(differences.mean())
     if n < 2:
         return {"change": mean, "ci": None, "effect_80": None}
     error = float(differences.std()) / math.sqrt(n)
     z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    return {"change": mean, "ci": [mean - z * error, mean + z * error], "effect_80": POWER_FACTOR * error}
+    power = POWER_FACTOR * error if error > 0 else None
+    return {"change": mean, "ci": [mean - z * error, mean + z * error], "effect_80": power}
 
 
 def verdict(
@@ -139,6 +142,13 @@ def verdict(
         summary = (
             f"the head and static at its own w rolled out alike on all {len(prompts)} prompts (same reward"
             " and acceptance per prompt): its weight is constant in effect, and no per-token effect can show"
+        )
+    elif torch.equal(reward[HEAD], reward[STATIC]):
+        low, high = figures["acceptance"]["ci"] or (math.nan, math.nan)
+        summary = (
+            f"the same reward as static at its own w on all {len(prompts)} prompts (no spread: no interval"
+            f" or power figure for reward); acceptance {figures['acceptance']['change']:+.3g}"
+            f" [{low:+.3g}, {high:+.3g}]"
         )
     elif change["ci"] is None:
         summary = f"reward {change['change']:+.3g} vs static, one prompt: no interval"
