@@ -235,3 +235,9 @@ def test_every_shipped_config_validates_and_expands(path):
         head["seeds"] or [head["seed"]],
     )
     assert settings and all(v["method"] for v in settings.values())
+
+
+def test_a_negative_weight_spread_threshold_is_named_before_any_trace_is_read(tmp_path, capsys):
+    argv = ["train-head", "--traces", str(tmp_path / "absent"), "--out", str(tmp_path / "h")]
+    err = error_of([*argv, "--min-weight-std", "-0.1", "--quiet"], capsys)
+    assert "min_weight_std" in err and "absent" not in err

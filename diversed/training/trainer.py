@@ -253,6 +253,7 @@ def train_from_traces(
         check_range("reg_lambda", lam, exclusive_minimum=0)
     check_range("validation_share", validation_share, minimum=0, exclusive_maximum=1)
     check_range("confidence", confidence, exclusive_minimum=0.5, exclusive_maximum=1)
+    check_range("min_weight_std", min_weight_std, minimum=0)
     folders = [traces] if isinstance(traces, str | Path) else list(traces)
     trajectories: list[Trajectory] = []
     manifests = []
