@@ -143,15 +143,15 @@ def verdict(
             f"the head and static at its own w rolled out alike on all {len(prompts)} prompts (same reward"
             " and acceptance per prompt): its weight is constant in effect, and no per-token effect can show"
         )
+    elif change["ci"] is None:
+        summary = f"reward {change['change']:+.3g} vs static, one prompt: no interval"
     elif torch.equal(reward[HEAD], reward[STATIC]):
-        low, high = figures["acceptance"]["ci"] or (math.nan, math.nan)
+        low, high = figures["acceptance"]["ci"]
         summary = (
             f"the same reward as static at its own w on all {len(prompts)} prompts (no spread: no interval"
             f" or power figure for reward); acceptance {figures['acceptance']['change']:+.3g}"
             f" [{low:+.3g}, {high:+.3g}]"
         )
-    elif change["ci"] is None:
-        summary = f"reward {change['change']:+.3g} vs static, one prompt: no interval"
     else:
         low, high = change["ci"]
         side = "above" if low > 0 else "below" if high < 0 else "not distinguishable from"
