@@ -207,3 +207,23 @@ def test_decode_with_the_fixed_step_writes_the_eager_records_and_says_so(model_d
         records[step] = lines(out)
     assert [r["token_ids"] for r in records["fixed"]] == [r["token_ids"] for r in records["eager"]]
     assert {r["step"] for r in records["fixed"]} == {"fixed"} and records["eager"][0]["step"] == "eager"
+
+
+def test_a_cell_from_first_example_is_the_tail_of_the_whole_cell_with_its_seeds(model_dirs, tmp_path):
+    """A confirmatory cell decodes only examples an earlier one never saw, each with its position's
+    seed: under sampling, its records equal the whole cell's tail token for token."""
+    whole, tail = tmp_path / "whole.jsonl", tmp_path / "tail.jsonl"
+    sampled = ("--temperature", "1")
+    assert main(decode_argv(model_dirs, whole, 5, *sampled)) == 0
+    assert main(decode_argv(model_dirs, tail, 5, *sampled, "--first-example", "2")) == 0
+    assert [(r["id"], r["token_ids"]) for r in lines(tail)] == [
+        (r["id"], r["token_ids"]) for r in lines(whole)[2:]
+    ]
+    assert lines(tail)[0]["settings"]["first_example"] == 2
+    assert "first_example" not in lines(whole)[0]["settings"]  # older cells stay resumable
+
+
+def test_a_first_example_past_the_cell_is_refused_in_one_line(model_dirs, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(decode_argv(model_dirs, tmp_path / "x.jsonl", 3, "--first-example", "3"))
+    assert "first_example 3 leaves no example of n_examples 3" in capsys.readouterr().err

@@ -161,6 +161,12 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
     dec.add_argument("--split", default="test", help="split to decode (default test)")
     dec.add_argument("--n-examples", "--n_examples", type=int, help="seeded random subset size (default all)")
     dec.add_argument(
+        "--first-example",
+        type=int,
+        default=0,
+        help="skip the subset's first N examples (0): a confirmatory cell decodes only examples it never saw",
+    )
+    dec.add_argument(
         "--chat", action="store_true", help="wrap prompts in the chat template (default raw text)"
     )
     dec.add_argument(

@@ -62,8 +62,11 @@ def load_examples(
     seed: int = 42,
     directory: str | Path | None = None,
     allow_hub: bool = True,
+    start: int = 0,
 ) -> list[Example]:
-    """A seeded random subset of ``n`` examples (all of them when ``n`` is None), with prompts."""
+    """A seeded random subset of ``n`` examples (all of them when ``n`` is None), with prompts; from
+    ``start`` on, the examples ``start .. n - 1`` of the same order (fresh examples for a confirmatory
+    cell that the first ``start`` never saw)."""
     task = get_task(task_name)
     records, _ = load_records(task, split, directory, allow_hub)
     shots: list[dict[str, Any]] = []
@@ -84,7 +87,7 @@ def load_examples(
     prefix = task.prefix(shots)
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
-    chosen = order if n is None else order[:n]
+    chosen = order[start:] if n is None else order[start:n]
     return [
         Example(
             id=task.example_id(records[i], i),

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from diversed.config import DecodeConfig, check_range, differing_keys
+from diversed.config import ConfigError, DecodeConfig, check_range, differing_keys
 from diversed.data import DataError, Example, load_examples
 from diversed.devices import device_name
 from diversed.engine.stats import GenerationStats
@@ -61,9 +61,24 @@ class DecodeJob:
     quantize: str = "none"
     draft_transform: str | None = None  # a positive control's damaged draft (diversed.loading.control)
     stop: str = "paper"  # where completions stop (diversed.data.tasks.STOPS)
+    # examples before this one in the seeded order are not this cell's (a confirmatory cell decodes
+    # fresh ones); each example keeps its position's seed, so a cell split at it joins up again
+    first_example: int = 0
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=1)
+        check_range("first_example", self.first_example, minimum=0)
+        if self.n_examples is not None and self.first_example >= self.n_examples:
+            raise ConfigError(
+                f"first_example {self.first_example} leaves no example of n_examples {self.n_examples}"
+            )
+
+    def examples(self, data_dir: str | Path | None = None, allow_hub: bool = True) -> list[Example]:
+        """This cell's examples, in the order whose position seeds each one."""
+        return load_examples(
+            self.dataset, self.split, self.n_examples, directory=data_dir, allow_hub=allow_hub,
+            start=self.first_example,
+        )
 
     def settings(self) -> dict[str, Any]:
         # named only when used: records decoded before these existed stay resumable
@@ -77,6 +92,8 @@ class DecodeJob:
             quantized["head_sha256"] = digest
         if self.stop != "paper":
             quantized["stop"] = self.stop
+        if self.first_example:
+            quantized["first_example"] = self.first_example
         return {
             "dataset": self.dataset,
             "split": self.split,
@@ -142,7 +159,7 @@ def shard_path(out: str | Path, rank: int, world: int) -> Path:
 
 def merge_shards(job: DecodeJob, out: str | Path, world: int, data_dir=None, allow_hub: bool = True) -> Path:
     """Join the shards of a multi-process decode into ``out``, in the examples' order; drop the shards."""
-    examples = load_examples(job.dataset, job.split, job.n_examples, directory=data_dir, allow_hub=allow_hub)
+    examples = job.examples(data_dir, allow_hub)
     records: dict[str, dict[str, Any]] = {}
     for rank in range(world):
         records.update(read_finished(shard_path(out, rank, world), job))
@@ -179,7 +196,7 @@ def run_decode(
     rank, world = shard
     path = Path(out) if world == 1 else shard_path(out, rank, world)
     path.parent.mkdir(parents=True, exist_ok=True)
-    examples = load_examples(job.dataset, job.split, job.n_examples, directory=data_dir, allow_hub=allow_hub)
+    examples = job.examples(data_dir, allow_hub)
     finished = read_finished(path, job, replace_stale)
     todo = [(i, ex) for i, ex in enumerate(examples) if ex.id not in finished and i % world == rank]
     if not todo:
@@ -204,11 +221,11 @@ def run_decode(
     batches = plan_batches(todo, options.batch_size, latency_examples, lengths)
     if latency_examples and len(batches[0]) == 1:  # its seconds are a latency figure: pay start-up first
         index, _ = batches[0][0]
-        warm_up(decoder, prompts[index], job.config.seed + index)
+        warm_up(decoder, prompts[index], job.config.seed + job.first_example + index)
     with path.open("a", encoding="utf-8") as sink:
         for batch in batches:
             ids = [prompts[index] for index, _ in batch]
-            seeds = [job.config.seed + index for index, _ in batch]
+            seeds = [job.config.seed + job.first_example + index for index, _ in batch]
             start, cpu_start = time.perf_counter(), time.process_time()
             results = decoder.generate_batch(ids, seeds=seeds)
             seconds = time.perf_counter() - start

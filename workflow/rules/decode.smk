@@ -15,6 +15,7 @@ rule decode:
         models=model_flags(),
         n=lambda w: SETTINGS[w.setting].get("n_examples", DATA["n_examples"]),
         split=DATA["split"],
+        first=DATA["first_example"],
         setting=lambda w: cli_flags(SETTINGS[w.setting]),
         max_new_tokens=DECODE["max_new_tokens"],
         head=head_flag,
@@ -34,7 +35,7 @@ rule decode:
         SOFTWARE
     shell:
         "({params.offline} diversed --track decode decode --dataset {wildcards.dataset} --split {params.split}"
-        " --n-examples {params.n} {params.models} {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
+        " --n-examples {params.n} --first-example {params.first} {params.models} {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
         " --batch-size {params.batch_size} {params.run} --latency-examples {params.latency_examples}"
         " --quiet --replace-stale --out {params.rows} && (ln -f {params.rows} {output} || cp {params.rows} {output}))"
         " > {log} 2>&1"
