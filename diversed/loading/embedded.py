@@ -113,10 +113,14 @@ def stored(name: str) -> list[str]:
     return [d for d in DTYPE_BYTES if (model_dir(name, d) / "config.json").exists()]
 
 
-def local_path(name: str, dtype: str = "float32") -> Path:
+def local_path(name: str, dtype: str | None = None) -> Path:
     """The folder to load ``embedded:NAME`` from in ``dtype``: its folder in that dtype if there is
-    one, else the fp32 folder (cast on load); an error says how to fetch what is missing."""
-    for folder in (model_dir(name, dtype), model_dir(name)):
+    one, else the fp32 folder (an exact cast on load: the stored copies are that cast). With no
+    ``dtype`` (the tokenizer, the config: the same in every folder) any stored folder serves. A
+    model stored only in a narrower dtype than the one asked is refused with the command that
+    fixes it: widening bf16 weights would run other numbers than the fp32 ones, silently."""
+    candidates = [model_dir(name, d) for d in ((dtype, "float32") if dtype else DTYPE_BYTES)]
+    for folder in candidates:
         if (folder / "config.json").exists():
             return folder
     have = stored(name)

