@@ -37,9 +37,13 @@ def machine_runs(monkeypatch, dtype: str) -> None:
     """This machine's `--dtype auto`, as a CPU with (bf16) or without (fp32) native bf16 picks it."""
     import diversed.devices
 
-    monkeypatch.setattr(diversed.devices, "choose_dtype", lambda name, device="cpu": (
-        (dtype, "the CPU this test stands for") if name == "auto" else (name, "asked")
-    ))
+    monkeypatch.setattr(
+        diversed.devices,
+        "choose_dtype",
+        lambda name, device="cpu": (
+            (dtype, "the CPU this test stands for") if name == "auto" else (name, "asked")
+        ),
+    )
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -53,8 +57,8 @@ def test_generate_decode_and_doctor_work_in_every_stored_layout(layout, tmp_path
     generated = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert len(generated["token_ids"]) > 0
     out = tmp_path / "he.jsonl"
-    argv = ["decode", *pair, "--dataset", "humaneval", "--n-examples", "2", "--method", "sd", "--out", str(out)]
-    assert main([*argv, "--quiet"]) == 0
+    argv = ["decode", *pair, "--dataset", "humaneval", "--n-examples", "2", "--method", "sd"]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
     assert len(out.read_text().splitlines()) == 2
     capsys.readouterr()
     main(["doctor"])

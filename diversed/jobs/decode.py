@@ -76,7 +76,11 @@ class DecodeJob:
     def examples(self, data_dir: str | Path | None = None, allow_hub: bool = True) -> list[Example]:
         """This cell's examples, in the order whose position seeds each one."""
         return load_examples(
-            self.dataset, self.split, self.n_examples, directory=data_dir, allow_hub=allow_hub,
+            self.dataset,
+            self.split,
+            self.n_examples,
+            directory=data_dir,
+            allow_hub=allow_hub,
             start=self.first_example,
         )
 

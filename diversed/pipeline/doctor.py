@@ -49,7 +49,8 @@ def _embedded_lines(dtype: str) -> None:
             detail = f"stored in {', '.join(have)}; {dtype} jobs load {folder.name}"
             ok = True
         except EmbeddedError as err:
-            detail, ok = (f"stored in {', '.join(have)}, not for {dtype} jobs" if have else "not fetched"), False
+            detail = f"stored in {', '.join(have)}, not for {dtype} jobs" if have else "not fetched"
+            ok = False
             fix = str(err).split(": ", 1)[1] if have else f"diversed models fetch {name}  (or make models)"
         _line(ok, f"embedded:{name}", detail, "" if ok else fix)
 
