@@ -3,8 +3,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 CONSTRAINTS ?= constraints/cpu.txt
+# One stamp per constraints file, so `make CONSTRAINTS=/dev/null test` in a venv that `make` built
+# with the CPU wheel really installs again (the file /dev/null is never newer than a stamp).
+STAMP := $(VENV)/.installed-$(notdir $(CONSTRAINTS))
 # Jobs of the workflow call `diversed` and `snakemake` from the venv.
 export PATH := $(abspath $(BIN)):$(PATH)
 export MLFLOW_DISABLE_TELEMETRY := true
@@ -20,7 +22,13 @@ export DIVERSED_DATA_DIR
 # `diversed doctor` then says which device and dtype the jobs will use.
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	rm -f $(VENV)/.installed*
 	$(BIN)/pip install --quiet --upgrade pip
+	# Other constraints than the CPU wheel's replace a CPU build of torch: pip would keep it (it
+	# satisfies a bare `torch`), and every GPU job would then stop on a GPU node (--device cuda).
+	if [ "$(CONSTRAINTS)" != constraints/cpu.txt ] && $(BIN)/python -c \
+		"import sys, torch; sys.exit(torch.version.cuda is not None)" 2>/dev/null; then \
+		$(BIN)/pip uninstall --quiet -y torch; fi
 	# torch first, pinned by the constraints file, so nothing can pull a multi-GB CUDA build instead
 	# of the CPU wheel on a CPU machine.
 	$(BIN)/pip install --quiet -c $(CONSTRAINTS) torch

@@ -10,6 +10,7 @@ native bf16 fp32 (bf16 would be emulated there, slower than fp32).
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import Iterator
@@ -31,11 +32,27 @@ def resolve_device(name: str = "auto") -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"--device {name}: torch sees no CUDA GPU here (torch {torch.__version__})")
+            raise ConfigError(f"--device {name}: {no_cuda_reason()}")
         index = int(name.partition(":")[2] or 0)
         if index >= torch.cuda.device_count():
             raise ConfigError(f"--device {name}: this machine has {torch.cuda.device_count()} GPU(s)")
     return name
+
+
+def no_cuda_reason() -> str:
+    """Why torch sees no GPU, and the fix: a CPU build of torch (what plain `make` installs), or a
+    CUDA build that finds no usable device (driver, CUDA_VISIBLE_DEVICES, a node without one)."""
+    if torch.version.cuda is None:
+        return (
+            f"torch {torch.__version__} is a CPU build (torch.version.cuda is None); on a GPU machine"
+            " `make CONSTRAINTS=/dev/null test` installs PyPI's CUDA build into .venv"
+        )
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    return (
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no usable GPU"
+        f" (CUDA_VISIBLE_DEVICES={visible!r}); check `nvidia-smi` on this node: a driver older than"
+        f" CUDA {torch.version.cuda} needs, or a job without a GPU allocated"
+    )
 
 
 def is_cuda(device: str | torch.device) -> bool:

@@ -6,8 +6,10 @@ nothing of the laptop's config/config.yaml."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +47,30 @@ atexit.register(lambda: open(os.environ["NET_LOG"], "a").write(f"{len(attempts)}
 """
 
 
-def dry_run(workdir: Path, tmp: Path, *args: str) -> str:
+def fitting_data(tmp: Path) -> Path:
+    """The shared copies, with the splits too small for paper.yaml grown by records made up here
+    (new ids): the cluster path is then rendered whole; the shared copies alone are refused."""
+    data = tmp / "data"
+    shutil.copytree(DATA, data)
+    for task, split, key, wanted in (
+        ("cnndm", "test", "id", 100),
+        ("wmt", "train", None, 448),
+        ("xsum", "train", "id", 460),
+    ):
+        path = data / task / f"{split}.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        for i in range(len(records), wanted):
+            extra = dict(records[i % len(records)])
+            if key:
+                extra[key] = f"made-up-{i}"
+            else:
+                extra = {"translation": {k: f"{v} ({i})" for k, v in extra["translation"].items()}}
+            records.append(extra)
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return data
+
+
+def dry_run(workdir: Path, tmp: Path, *args: str, data: Path = DATA, ok: bool = True) -> str:
     site = tmp / "site"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(BLOCK_NETWORK)
@@ -55,14 +80,14 @@ def dry_run(workdir: Path, tmp: Path, *args: str) -> str:
         "PYTHONPATH": str(site),
         "NET_LOG": str(tmp / "net.log"),
         "HF_HOME": str(tmp / "hf-home"),  # an empty cache: nothing may come from a user's own
-        "DIVERSED_DATA_DIR": str(DATA),
+        "DIVERSED_DATA_DIR": str(data),
     }
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "MLFLOW_TRACKING_URI"):
         env.pop(name, None)
     done = subprocess.run(
         [str(BIN / "snakemake"), "-n", "-p", *args], cwd=workdir, env=env, capture_output=True, text=True
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (done.returncode == 0) == ok, done.stdout[-3000:] + done.stderr[-3000:]
     return done.stdout + done.stderr
 
 
@@ -96,8 +121,31 @@ def paper(tmp_path_factory) -> tuple[list[dict[str, str]], Path]:
     laptop["head"].update(check_examples=7, check_rollouts=1, rounds=3, n_examples=11)
     laptop["models"]["quantize"] = "fp16"
     (workdir / "config" / "config.yaml").write_text(yaml.safe_dump(laptop))
-    output = dry_run(workdir, tmp, "--profile", "profiles/slurm", "--configfile", "config/paper.yaml")
+    output = dry_run(
+        workdir,
+        tmp,
+        "--profile",
+        "profiles/slurm",
+        "--configfile",
+        "config/paper.yaml",
+        data=fitting_data(tmp),
+    )
     return jobs(output), tmp
+
+
+def test_the_paper_run_on_data_too_small_is_refused_before_any_job_naming_each_split(tmp_path):
+    """The shared copies hold 5 XSum and 99 WMT train records and 10 CNN/DM test ones: the dry run
+    stops as the Snakefile is read, in one line naming each short split, what it has and needs."""
+    if not (DATA / "xsum" / "train.jsonl").exists():
+        pytest.skip(f"the shared data copies are not at {DATA} (set DIVERSED_DATA_DIR)")
+    workdir = copy_workflow(tmp_path)
+    output = dry_run(
+        workdir, tmp_path, "--profile", "profiles/slurm", "--configfile", "config/paper.yaml", ok=False
+    )
+    line = next(line for line in output.splitlines() if line.startswith("the data are too small"))
+    assert "xsum.train holds 3, needs 448 (400 trace prompts + 48 check prompts)" in line
+    assert "cnndm.test holds 10, needs 100" in line and "wmt.train holds 99" in line
+    assert "mbpp" not in line  # paper.yaml's MBPP draw fits its 374 train prompts
 
 
 def test_every_model_job_names_its_device_and_holds_the_only_gpus(paper):
@@ -106,7 +154,7 @@ def test_every_model_job_names_its_device_and_holds_the_only_gpus(paper):
     for job in found:
         counts[job["rule"]] = counts.get(job["rule"], 0) + 1
         model_job = job["rule"] in MODEL_RULES
-        assert ("--device auto" in job["command"]) == model_job, job
+        assert ("--device cuda" in job["command"]) == model_job, job  # a GPU job never falls back to the CPU
         assert ("gpu=1" in job["resources"]) == model_job, job
     # six tasks x 92 settings; one head per task on its own train split (HumanEval's on MBPP's)
     assert counts == {
@@ -160,7 +208,15 @@ def test_the_run_gets_what_paper_yaml_says_and_nothing_of_the_laptop_config(pape
     for command in by_rule["check_head"]:
         assert "--n-examples 48 --rollouts 2" in command
     traces = by_rule["collect_traces"]
-    assert all("--n-examples 400" in c and "/r1 " in c for c in traces)  # rounds: 1, 400 prompts
+    assert all("/r1 " in c for c in traces)  # rounds: 1
+    # the release's 400 prompts per task; MBPP's 326 (with the check's 48: all 374 of its train split)
+    assert sorted(c.split("--n-examples ")[1].split()[0] for c in traces) == [
+        "326",
+        "400",
+        "400",
+        "400",
+        "400",
+    ]
     assert sorted(re.search(r"--dataset (\w+) --split (\w+)", c).groups() for c in traces) == [
         (task, "train") for task in ("cnndm", "gsm8k", "mbpp", "wmt", "xsum")
     ]
@@ -218,3 +274,20 @@ def test_config_readme_documents_every_key_as_the_schema_says():
     for section, spec in schema["properties"].items():
         for key, sub in spec.get("properties", {}).items():
             assert sub.get("description"), f"{section}.{key} has no description"
+
+
+def test_the_readme_gpu_install_replaces_a_cpu_torch_in_a_venv_make_built():
+    """README: `make CONSTRAINTS=/dev/null test` keeps PyPI's CUDA torch. In a venv that plain
+    `make` built, its stamp must not count (the file /dev/null is never newer than it), and the
+    recipe must uninstall a CPU build of torch, which pip would otherwise keep."""
+    command = next(
+        line.split("#")[0].strip()
+        for line in (REPO / "README.md").read_text().splitlines()
+        if "CONSTRAINTS=/dev/null" in line and line.lstrip().startswith("make ")
+    )
+    assert command == "make CONSTRAINTS=/dev/null test"
+    plan = subprocess.run(
+        ["make", "-n", *command.split()[1:]], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout
+    assert ".venv/.installed-null" in plan and "pip uninstall --quiet -y torch" in plan
+    assert "-c /dev/null torch" in plan

@@ -295,3 +295,45 @@ def test_a_dataset_that_cannot_be_had_stops_data_status_in_one_line(tmp_path, mo
     assert stop.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "datasets that cannot be had: gsm8k " in err
+
+
+def test_a_null_id_takes_its_index_and_a_repeated_id_is_refused(tmp_path):
+    """CNN/DM's HF copies hold null ids: as "None" 392 of 400 trace prompts were one example."""
+    shot = {"id": CNNDM.SHOT_ID, "article": "Radcliffe turns 18.", "highlights": "He is 18."}
+    rows = [{"id": None, "article": f"Text {i}.", "highlights": f"S {i}."} for i in range(5)]
+    write_jsonl(tmp_path / "cnndm" / "train.jsonl", [shot, *rows])
+    write_jsonl(tmp_path / "cnndm" / "test.jsonl", rows)
+    examples = load_examples("cnndm", "test", None, directory=tmp_path, allow_hub=False)
+    assert sorted(e.id for e in examples) == ["0", "1", "2", "3", "4"]
+    write_jsonl(tmp_path / "cnndm" / "test.jsonl", [{**rows[0], "id": "x"}, {**rows[1], "id": "x"}])
+    with pytest.raises(DataError, match="cnndm/test: example id 'x' appears 2 times; ids must be unique"):
+        load_examples("cnndm", "test", None, directory=tmp_path, allow_hub=False)
+
+
+def test_data_status_refuses_a_split_smaller_than_the_run_draws_in_one_line(tmp_path, capsys):
+    from diversed.cli import main
+
+    write_jsonl(
+        tmp_path / "mbpp" / "train.jsonl",
+        [{"task_id": 601 + i, "text": "t", "code": "", "test_list": []} for i in range(6)],
+    )
+    argv = ["data", "status", "--datasets", "mbpp.train", "--data-dir", str(tmp_path), "--no-hub"]
+    draws = ["--draws", "mbpp.train=4:trace-prompts", "mbpp.train=2:check-prompts"]
+    assert main([*argv, *draws]) == 0  # 6 of 6: it fits
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main([*argv, "--draws", "mbpp.train=5:trace-prompts", "mbpp.train=2:check-prompts"])
+    err = capsys.readouterr().err.strip()
+    assert err.splitlines()[-1].endswith(
+        "mbpp.train holds 6, needs 7 (5 trace prompts + 2 check prompts) (lower data.n_examples,"
+        " head.n_examples or head.check_examples, or give larger copies)"
+    )
+
+
+@needs_shared
+def test_local_sizes_count_usable_examples_without_the_shots_a_split_lends():
+    from diversed.data.sizes import local_size
+
+    assert local_size("mbpp", "train", SHARED) == 374
+    assert local_size("gsm8k", "train", SHARED) == 7473 - 4  # its four worked examples prompt the rest
+    assert local_size("humaneval", "test", SHARED) is None  # a package, not a local copy

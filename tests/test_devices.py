@@ -30,7 +30,7 @@ def test_auto_is_the_gpu_where_there_is_one(monkeypatch, present, expected):
 
 def test_a_gpu_that_is_not_there_is_refused_in_one_line(monkeypatch):
     fake_cuda(monkeypatch, False)
-    with pytest.raises(ConfigError, match="sees no CUDA GPU") as err:
+    with pytest.raises(ConfigError, match="--device cuda: torch") as err:
         resolve_device("cuda")
     assert "\n" not in str(err.value)
     fake_cuda(monkeypatch, True)
@@ -99,3 +99,26 @@ def test_flash_attention_is_refused_before_a_model_loads(capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "--attn-implementation" in err and "flash_attention_2" in err
+
+
+def test_no_gpu_names_the_cause_and_the_fix(monkeypatch):
+    """A CPU build of torch (what plain `make` installs) and a CUDA build without a usable GPU
+    read differently, each with what fixes it."""
+    fake_cuda(monkeypatch, False)
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(
+        ConfigError, match=r"is a CPU build \(torch.version.cuda is None\).*CONSTRAINTS=/dev/null"
+    ):
+        resolve_device("cuda")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    with pytest.raises(ConfigError, match="CUDA 12.8.*finds no usable GPU.*nvidia-smi"):
+        resolve_device("cuda")
+
+
+def test_a_job_that_holds_a_gpu_runs_on_cuda_or_not_at_all():
+    from diversed.pipeline.workflow_config import job_device
+
+    assert job_device("auto", 1) == "cuda" and job_device("cuda:0", 1) == "cuda:0"
+    assert job_device("auto", 0) == "auto" and job_device("cpu", 0) == "cpu"
+    with pytest.raises(ConfigError, match="models.device: cpu, but resources.gpu"):
+        job_device("cpu", 1)

@@ -28,7 +28,8 @@ def cmd_data_status(args: argparse.Namespace) -> int:
     never the hub), and whether generated code can be isolated here. With ``--fetch`` a split only
     the hub has is downloaded into the datasets cache now; with ``--missing error`` a split that
     cannot be had, or code that cannot be isolated, stops the run in one line naming it."""
-    from diversed.data import DataError, fetch, get_task, resolve
+    from diversed.data import DataError, fetch, get_task, load_examples, resolve
+    from diversed.data.sizes import check_draws, parse_draws
     from diversed.sandbox import parse_mode, probe
 
     status = {}
@@ -49,6 +50,14 @@ def cmd_data_status(args: argparse.Namespace) -> int:
         raise DataError(
             f"datasets that cannot be had: {', '.join(missing)} (`diversed doctor` says how to provide them)"
         )
+    sizes = {}
+    for key in (draws := parse_draws(args.draws)):
+        name, _, split = key.partition(".")
+        if resolve(name, split, args.data_dir, not args.no_hub) != "missing":
+            sizes[key] = len(
+                load_examples(name, split, None, directory=args.data_dir, allow_hub=not args.no_hub)
+            )
+    check_draws(draws, sizes)
     code = sorted(
         {e.partition(".")[0] for e in args.datasets if get_task(e.partition(".")[0]).metric == "pass@1"}
     )
@@ -59,7 +68,10 @@ def cmd_data_status(args: argparse.Namespace) -> int:
             " namespaces, run as root, or opt in to limits alone with score.sandbox: rlimits (each record"
             " then says so)"
         )
-    text = json.dumps({"split": args.split, "datasets": status, "sandbox": sandbox}, indent=2) + "\n"
+    text = (
+        json.dumps({"split": args.split, "datasets": status, "sizes": sizes, "sandbox": sandbox}, indent=2)
+        + "\n"
+    )
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(text)
@@ -164,6 +176,14 @@ def add_data(sub: argparse._SubParsersAction) -> None:
         "--missing", choices=("warn", "error"), default="warn", help="what a split that cannot be had does"
     )
     status.add_argument("--out", help="also write the JSON here")
+    status.add_argument(
+        "--draws",
+        nargs="*",
+        default=[],
+        metavar="NAME.SPLIT=N:WHAT",
+        help="what a run takes from each split (e.g. mbpp.train=326:trace-prompts"
+        " mbpp.train=48:check-prompts); a split that holds fewer usable examples is refused in one line",
+    )
     add_sandbox_flag(status)
     add_data_flags(status)
     status.set_defaults(func=cmd_data_status)

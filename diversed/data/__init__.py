@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,12 +86,18 @@ def load_examples(
             file=sys.stderr,
         )
     prefix = task.prefix(shots)
+    ids = [task.example_id(record, i) for i, record in enumerate(records)]
+    if len(set(ids)) != len(ids):
+        twice, count = Counter(ids).most_common(1)[0]
+        raise DataError(
+            f"{task.name}/{split}: example id {twice!r} appears {count} times; ids must be unique"
+        )
     order = list(range(len(records)))
     random.Random(seed).shuffle(order)
     chosen = order[start:] if n is None else order[start:n]
     return [
         Example(
-            id=task.example_id(records[i], i),
+            id=ids[i],
             task=task.name,
             prompt=task.prompt(records[i], shots),
             reference=task.reference(records[i]),

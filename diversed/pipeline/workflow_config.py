@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 
 from diversed.config import ConfigError
+from diversed.data.sizes import Draw
 
 
 def _fill_defaults(validator_class: type) -> type:
@@ -57,6 +58,50 @@ def validate_config(config: dict[str, Any], schema_path: str | Path) -> None:
             allowed = ", ".join(error.schema["properties"])
             raise ConfigError(f"{where(path)}: unknown key (allowed: {allowed})")
         raise ConfigError(f"{where(path)}: {error.message}")
+
+
+def trace_prompts(head: dict[str, Any], dataset: str) -> int:
+    """Train prompts a round of traces on ``dataset`` samples: ``head.n_examples``, or the task's
+    own number in ``head.n_examples_by_task`` (MBPP's train split holds 374)."""
+    return head["n_examples_by_task"].get(dataset, head["n_examples"])
+
+
+def config_draws(
+    config: dict[str, Any], settings: dict[str, dict[str, Any]], datasets: list[str], sources: list[str]
+) -> dict[str, Draw]:
+    """What a run of ``config`` takes from each split: every evaluated dataset its largest cell's
+    examples; every head's training source (``name.split``) its trace prompts over all rounds (a
+    round seeds its own subset: at most that many) plus the check's prompts, which no trace may hold."""
+    data, head = config["data"], config["head"]
+    draws: dict[str, Draw] = {}
+    largest = max(values.get("n_examples", data["n_examples"]) for values in settings.values())
+    for dataset in datasets:
+        draws.setdefault(f"{dataset}.{data['split']}", Draw()).add(largest, "examples per cell")
+    for source in sources:
+        name = source.partition(".")[0]
+        rounds = head["rounds"]
+        draw = draws.setdefault(source, Draw())
+        draw.add(
+            rounds * trace_prompts(head, name),
+            "trace prompts" + (f" over {rounds} rounds" if rounds > 1 else ""),
+        )
+        if head["check_examples"]:
+            draw.add(head["check_examples"], "check prompts")
+    return draws
+
+
+def job_device(device: str, gpus: int) -> str:
+    """The ``--device`` of a model job: a job that holds a GPU (``resources.gpu`` >= 1) runs on CUDA
+    or stops, in one line saying why (``devices.no_cuda_reason``), never on the CPU beside its idle
+    GPU (`auto` resolves to the CPU wherever torch sees no GPU: a CPU build of torch, a driver
+    mismatch); a job without one keeps the configured device."""
+    if gpus < 1:
+        return device
+    if device == "cpu":
+        raise ConfigError(
+            "models.device: cpu, but resources.gpu gives every model job a GPU; use auto or cuda"
+        )
+    return "cuda" if device == "auto" else device
 
 
 def reference(schema_path: str | Path) -> str:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from diversed.data import resolve
 from diversed.pipeline.grid import cli_flags, expand
-from diversed.pipeline.workflow_config import validate_config
+from diversed.data.sizes import check_draws, draw_flags, local_size
+from diversed.pipeline.workflow_config import config_draws, job_device, trace_prompts, validate_config
 
 validate_config(config, Path(workflow.current_basedir).parent / "schemas" / "config.schema.yaml")
 
@@ -17,6 +18,7 @@ DATA = config["data"]
 DECODE = config["decode"]
 HEAD = config["head"]
 GPU = config["resources"]["gpu"]
+DEVICE = job_device(MODELS["device"], GPU)  # a job that holds a GPU runs on it or stops, never on the CPU
 SANDBOX = config["score"]["sandbox"]
 # Jobs after prepare_models and data_status find models and data in the local caches: they never
 # ask the hub (cluster nodes often cannot reach it, and 1,000 jobs should not try).
@@ -133,6 +135,18 @@ def head_available(dataset):
     return HEAD["enabled"] and resolve(name, split, DATA["dir"], DATA["allow_hub"]) != "missing"
 
 
+def data_draws():
+    """What this run takes from each split; the local copies are sized now (a line count), before
+    any job, and data_status sizes every split again once the hub's are fetched."""
+    draws = config_draws(config, SETTINGS, DATASETS, head_sources())
+    sizes = {}
+    for key in draws:
+        name, _, split = key.partition(".")
+        sizes[key] = local_size(name, split, DATA["dir"])
+    check_draws(draws, sizes)
+    return draw_flags(draws)
+
+
 def decode_targets():
     targets = []
     for dataset in DATASETS:
@@ -181,7 +195,7 @@ def model_flags():
     chat = " --chat" if DATA["chat"] else ""
     stop = f" --stop {DATA['stop']}" if DATA["stop"] != "paper" else ""
     return (
-        f"--target {MODELS['target']} --draft {MODELS['draft']} {transform_flag()} --device {MODELS['device']}"
+        f"--target {MODELS['target']} --draft {MODELS['draft']} {transform_flag()} --device {DEVICE}"
         f" --dtype {MODELS['dtype']} --quantize {MODELS['quantize']}{chat}{stop}"
     )
 

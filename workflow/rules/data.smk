@@ -16,10 +16,11 @@ rule data_status:
         split=DATA["split"],
         missing=DATA["missing"],
         flags=data_flags(),
+        draws=data_draws(),
     log:
         "results/logs/data_status.log",
     conda:
         SOFTWARE
     shell:
         "diversed data status --datasets {params.datasets} --split {params.split} --fetch"
-        " --missing {params.missing} --sandbox {params.sandbox} {params.flags} --out {output} 2> {log}"
+        " --missing {params.missing} --draws {params.draws} --sandbox {params.sandbox} {params.flags} --out {output} 2> {log}"

@@ -27,7 +27,7 @@ rule train_head:
         min_weight_std=HEAD["min_weight_std"],
         confidence=HEAD["select_confidence"],
         seed=lambda w: int(w.seed),
-        device=MODELS["device"],
+        device=DEVICE,
         src=src_hash("head.py", "training"),
     resources:
         gpu=GPU,

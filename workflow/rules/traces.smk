@@ -16,7 +16,7 @@ rule collect_traces:
         offline=OFFLINE,
         sandbox=SANDBOX,
         models=model_flags(),
-        n=HEAD["n_examples"],
+        n=lambda w: trace_prompts(HEAD, head_source(w.train_dataset)[0]),
         dataset=lambda w: head_source(w.train_dataset)[0],
         split=lambda w: head_source(w.train_dataset)[1],
         max_new_tokens=HEAD["max_new_tokens"],
