@@ -22,6 +22,12 @@ from diversed.methods import ALIASES, CascadeRule, EnsembleSpace, GateSignal, Me
 
 # Model dtypes a user may ask for; "auto" is resolved by diversed.devices.choose_dtype.
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+# How a forward runs (diversed.engine.cache): eager, over a store that grows with the columns;
+# fixed, over FixedKV (one shape for every step, attention over its capacity), still eager: the
+# fixed-shape step that the CPU can test; graphs, that step replayed from CUDA graphs, CUDA only.
+STEPS = ("eager", "fixed", "graphs")
+# A positive control's damaged drafts (diversed.loading.control).
+DRAFT_TRANSFORMS = ("digit_swap",)
 # Attention kernels the engine can drive: both take the 4-D additive mask of its ragged rows
 # (flash_attention_2 takes none, so it is refused before a model loads).
 ATTENTION = ("sdpa", "eager")

@@ -12,10 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
-
 from diversed.data import DataError
 
 
@@ -68,8 +64,11 @@ def read_json(path: str | Path) -> Any:
         raise DataError(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); it is damaged") from None
 
 
-def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
+def read_tensors(path: str | Path) -> dict[str, Any]:
     """A safetensors file, or a :class:`DataError` naming it when it is damaged or cut short."""
+    from safetensors import SafetensorError  # here: readers of JSON files never import torch
+    from safetensors.torch import load_file
+
     try:
         return load_file(str(path))
     except SafetensorError as err:

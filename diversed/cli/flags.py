@@ -8,15 +8,15 @@ from typing import Any
 
 from diversed.config import (
     ATTENTION,
+    DRAFT_TRANSFORMS,
     DTYPES,
     QUANTIZE,
+    STEPS,
     ConfigError,
     DecodeConfig,
     add_knob_flags,
     check_range,
 )
-from diversed.engine.cache import STEPS
-from diversed.loading.control import DRAFT_TRANSFORMS
 from diversed.methods import Method, parse_method
 
 

@@ -13,8 +13,16 @@ this package owns (``cache.RUNNERS``). May import: the core modules only (config
 devices, head); never a backend, a loader, the CLI, the workflow or MLflow.
 """
 
-from diversed.engine.loop import Decoder
-from diversed.engine.state import EnsembleHead, Generation
-from diversed.engine.stats import GenerationStats
+from importlib import import_module
+from typing import Any
 
 __all__ = ["Decoder", "EnsembleHead", "Generation", "GenerationStats"]
+_HOMES = {"Decoder": "loop", "EnsembleHead": "state", "Generation": "state", "GenerationStats": "stats"}
+
+
+def __getattr__(name: str) -> Any:
+    """The package's names, imported when first asked for: ``engine.stats`` (counters, read by the
+    score jobs) must not pull in torch with the loop."""
+    if name not in _HOMES:
+        raise AttributeError(f"module 'diversed.engine' has no attribute {name!r}")
+    return getattr(import_module(f"diversed.engine.{_HOMES[name]}"), name)

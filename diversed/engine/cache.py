@@ -35,19 +35,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from diversed.config import STEPS
 from diversed.engine.compat import forward_with_cache, new_cache
 from diversed.engine.kv import FixedKV, InPlaceKV
 from diversed.engine.prefix import SharedPrefix, prefill_rows
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-STEPS = ("eager", "fixed", "graphs")
-"""How a forward runs: ``eager``, over a store that grows with the columns (:func:`key_value_store`);
-``fixed``, over :class:`FixedKV` (one shape for every step, attention over its capacity), still
-eager: the fixed-shape step that the CPU can test; ``graphs``, that step replayed from CUDA graphs
-(:mod:`diversed.backends.cuda.graphs`), on CUDA only."""
-
 
 StepRunner = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, bool, int], tuple[torch.Tensor, "torch.Tensor | None"]

@@ -77,7 +77,7 @@ class Decoder:
     With a ``prefix`` (the token ids a job's prompts start with), both models compute its KV once,
     at the first batch, and every row starts from it (see :mod:`diversed.engine.prefix`).
 
-    ``step`` says how each forward runs (:data:`~diversed.engine.cache.STEPS`): ``eager`` by default;
+    ``step`` says how each forward runs (:data:`~diversed.config.STEPS`): ``eager`` by default;
     ``graphs`` replays a fixed-shape step from CUDA graphs on a GPU, where the eager loop is bound by
     kernel launches; ``fixed`` is that step without the graphs, so a CPU can test it.
 
@@ -120,7 +120,7 @@ class Decoder:
         self.decode_text = decode_text
         self.traces = traces
         self.prefix = prefix
-        self.step = check_step(step)  # how each forward runs: diversed.engine.cache.STEPS
+        self.step = check_step(step)  # how each forward runs: diversed.config.STEPS
         self._hidden = self.rule.needs_hidden_states or traces
         device = target.device
         self._eos = torch.tensor(self.eos_token_ids, dtype=torch.long, device=device)

@@ -30,7 +30,7 @@ class RunOptions:
     device: str = "cpu"
     batch_size: int = 1  # prompts decoded together
     prefix_cache: bool = True  # the task's shared prompt start prefilled once per model
-    step: str = "eager"  # how each forward runs (diversed.engine.cache.STEPS)
+    step: str = "eager"  # how each forward runs (diversed.config.STEPS)
     progress: bool = True  # a progress bar on stderr
     attn_implementation: str | None = None
 

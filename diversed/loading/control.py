@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from diversed.config import DRAFT_TRANSFORMS
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-DRAFT_TRANSFORMS = ("digit_swap",)
 ORACLES = ("oracle:digits",)
 
 
