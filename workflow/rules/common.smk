@@ -1,12 +1,12 @@
 # Helpers shared by the rules: config validation, the dataset list, the method grid, code hashes,
 # and the MLflow invocation hooks. All logic lives in the diversed library; this file only wires it.
-import hashlib
 import json
 import os
 import warnings
 from pathlib import Path
 
 from diversed.data import resolve
+from diversed.pipeline import code_hash as hashes
 from diversed.pipeline.grid import cli_flags, expand
 from diversed.data.sizes import check_draws, draw_flags, local_size
 from diversed.pipeline.workflow_config import config_draws, job_device, trace_prompts, validate_config
@@ -26,35 +26,15 @@ OFFLINE = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
 
 
 REPO = Path(workflow.basedir).parent  # the checkout: workflow/Snakefile's parent
-LIBRARY = REPO / "diversed"
 # Every rule's software: the diversed package and its pinned stack. `make` installs it into .venv,
 # which jobs use as they are; `--software-deployment-method conda` builds this environment instead.
 SOFTWARE = str(REPO / "environment.yml")
 
 
-# What a model job computes with besides its own job module: the algorithm, both devices' speed
-# paths (a CUDA change must rerun a cluster's GPU cells), model and head loading, the task prompts.
-MODEL_CODE = (
-    "engine",
-    "backends/cpu",
-    "backends/cuda",
-    "loading/models.py",
-    "loading/stack.py",
-    "loading/control.py",
-    "head.py",
-    "data/tasks.py",
-)
-
-
-def src_hash(*modules):
-    """Content hash of library modules (a folder counts as all its .py files), so editing one
-    reruns exactly the rules that use it."""
-    digest = hashlib.sha256()
-    for module in modules:
-        path = LIBRARY / module
-        for source in sorted(path.glob("*.py")) if path.is_dir() else [path]:
-            digest.update(source.read_bytes())
-    return digest.hexdigest()[:12]
+def code_hash(*modules):
+    """params.src of a rule: the import closure of the library modules its command calls, read from
+    this checkout's source (diversed/pipeline/code_hash.py), so an edit reruns exactly its users."""
+    return hashes.code_hash(*modules, library=REPO / "diversed")
 
 
 def _resolve_datasets():

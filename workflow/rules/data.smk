@@ -17,6 +17,7 @@ rule data_status:
         missing=DATA["missing"],
         flags=data_flags(),
         draws=data_draws(),
+        src=code_hash("diversed.data.sizes", "diversed.sandbox"),
     log:
         "results/logs/data_status.log",
     conda:

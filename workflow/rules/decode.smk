@@ -25,7 +25,7 @@ rule decode:
         run=run_flags(),
         latency_examples=DECODE["latency_examples"],
         rows=lambda w: f"results/rows/{w.dataset}/{w.setting}.jsonl",
-        src=src_hash("jobs/decode.py", *MODEL_CODE),
+        src=code_hash("diversed.jobs.decode"),
     threads: 2
     resources:
         gpu=GPU,

@@ -28,7 +28,7 @@ rule train_head:
         confidence=HEAD["select_confidence"],
         seed=lambda w: int(w.seed),
         device=DEVICE,
-        src=src_hash("head.py", "training"),
+        src=code_hash("diversed.training"),
     resources:
         gpu=GPU,
     log:
@@ -70,7 +70,7 @@ rule check_head:
         seed=lambda w: int(w.seed) + 1000 + int(w.round),
         flags=data_flags(),
         run=run_flags(),
-        src=src_hash("jobs/check.py", *MODEL_CODE),
+        src=code_hash("diversed.jobs.check", "diversed.training"),
     threads: 2
     resources:
         gpu=GPU,

@@ -11,7 +11,7 @@ rule prepare_models:
         draft=MODELS["draft"],
         dtype=MODELS["dtype"],
         tiny=f"diversed models tiny --out {MODELS['tiny_dir']} &&" if MODELS["tiny_dir"] else "",
-        src=src_hash("loading/embedded.py", "loading/tiny.py"),
+        src=code_hash("diversed.loading.embedded", "diversed.loading.tiny", "diversed.loading.models"),
     log:
         "results/logs/prepare_models.log",
     conda:

@@ -20,14 +20,7 @@ rule tables_and_plots:
             "results/plots/speedup_vs_draft_length.png", caption="../report/speedup.rst", category="Plots"
         ),
     params:
-        src=src_hash(
-            "evaluation/report.py",
-            "evaluation/tables.py",
-            "evaluation/plots.py",
-            "evaluation/comparisons.py",
-            "evaluation/frontier.py",
-            "evaluation/bootstrap.py",
-        ),
+        src=code_hash("diversed.evaluation.report", "diversed.evaluation.tables", "diversed.evaluation.plots"),
     log:
         "results/logs/report.log",
     conda:

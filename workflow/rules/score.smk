@@ -9,14 +9,7 @@ rule score:
     params:
         offline=OFFLINE,
         flags=data_flags() + f" --sandbox {SANDBOX}",
-        src=src_hash(
-            "evaluation/score.py",
-            "evaluation/metrics.py",
-            "evaluation/bootstrap.py",
-            "evaluation/weights.py",
-            "sandbox",
-            "data/tasks.py",
-        ),
+        src=code_hash("diversed.evaluation.score", "diversed.sandbox"),
     log:
         "results/logs/score/{dataset}/{setting}.log",
     conda:

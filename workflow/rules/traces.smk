@@ -33,7 +33,7 @@ rule collect_traces:
         rollouts=HEAD["rollouts"],
         partial="--partial-credit" if HEAD["partial_credit"] else "",
         draft_length=HEAD["draft_length"],
-        src=src_hash("jobs/traces.py", *MODEL_CODE),
+        src=code_hash("diversed.jobs.traces"),
     threads: 2
     resources:
         gpu=GPU,
