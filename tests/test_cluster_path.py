@@ -180,7 +180,7 @@ def test_score_jobs_go_to_the_cpu_partition_and_model_jobs_to_the_gpu_one(paper)
 
 
 def test_downloads_and_bookkeeping_run_where_snakemake_runs():
-    text = (REPO / "workflow" / "Snakefile").read_text()
+    text = (REPO / "Snakefile").read_text()
     block = text.split("localrules:")[1].split("\n\n")[0]
     local = {name.strip(" ,") for name in block.split() if name.strip(" ,")}
     assert local == {"all", "prepare_models", "data_status", "tables_and_plots"}

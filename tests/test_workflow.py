@@ -60,7 +60,7 @@ def write_config(workdir: Path, name: str, edit) -> str:
 
 
 def copy_workflow(root: Path) -> Path:
-    for item in ("workflow", "config", ".test", "profiles", "diversed", "environment.yml"):
+    for item in ("Snakefile", "workflow", "config", ".test", "profiles", "diversed", "environment.yml"):
         source = REPO / item
         (shutil.copytree if source.is_dir() else shutil.copy)(source, root / item)
     return root

@@ -25,7 +25,7 @@ SANDBOX = config["score"]["sandbox"]
 OFFLINE = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1"
 
 
-REPO = Path(workflow.basedir).parent  # the checkout: workflow/Snakefile's parent
+REPO = Path(workflow.basedir)  # the checkout, where the Snakefile is
 # Every rule's software: the diversed package and its pinned stack. `make` installs it into .venv,
 # which jobs use as they are; `--software-deployment-method conda` builds this environment instead.
 SOFTWARE = str(REPO / "environment.yml")

@@ -13,22 +13,22 @@ min_version("9.0")
 # defaults filling what it leaves out (no laptop setting leaks into config/paper.yaml).
 if not workflow.overwrite_configfiles:
 
-    configfile: Path(workflow.basedir).parent / "config" / "config.yaml"
+    configfile: Path(workflow.basedir) / "config" / "config.yaml"
 
 
 
-report: "report/workflow.rst"
+report: "workflow/report/workflow.rst"
 
 
 
-include: "rules/common.smk"
-include: "rules/models.smk"
-include: "rules/data.smk"
-include: "rules/traces.smk"
-include: "rules/head.smk"
-include: "rules/decode.smk"
-include: "rules/score.smk"
-include: "rules/report.smk"
+include: "workflow/rules/common.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/traces.smk"
+include: "workflow/rules/head.smk"
+include: "workflow/rules/decode.smk"
+include: "workflow/rules/score.smk"
+include: "workflow/rules/report.smk"
 
 
 # Bookkeeping and downloads run where snakemake runs (the login node on a cluster: it has the
