@@ -316,8 +316,14 @@ def test_every_job_is_a_finished_child_run_on_the_mlflow_server(workdir, mlflow_
     assert {m["key"]: m["value"] for m in invocations[0]["data"]["metrics"]}["jobs_failed_to_log"] == 0
     children = [r for r in runs if tags[r["info"]["run_id"]].get("mlflow.parentRunId") == parent]
     assert len(children) == len(runs) - 1  # nothing logged outside the invocation
-    per_stage = Counter(r["info"]["run_name"] for r in children)
-    decoded = len(list((workdir / "results" / "decode" / "humaneval").glob("*.jsonl")))
+    per_stage = Counter(tags[r["info"]["run_id"]]["stage"] for r in children)
+    decoded = sorted(p.stem for p in (workdir / "results" / "decode" / "humaneval").glob("*.jsonl"))
+    # each run is named by its cell, as a user finds it in the UI's list, not by its rule
+    names = {r["info"]["run_name"] for r in children}
+    assert {f"decode humaneval {cell}" for cell in decoded} | {
+        f"score humaneval {cell}" for cell in decoded
+    } <= names
+    decoded = len(decoded)
     assert per_stage["decode"] == per_stage["score"] == decoded and per_stage["report"] == 1
     if os.environ.get("DIVERSED_DATA_DIR"):  # the head's two rounds
         assert per_stage["collect_traces"] == per_stage["train_head"] == 2
@@ -327,7 +333,7 @@ def test_every_job_is_a_finished_child_run_on_the_mlflow_server(workdir, mlflow_
         assert run["data"].get("params"), name
         assert run["data"].get("metrics") or name == "report", name  # the report's products are files
     for stage in ("decode", "report"):
-        run = next(r for r in children if r["info"]["run_name"] == stage)
+        run = next(r for r in children if tags[r["info"]["run_id"]]["stage"] == stage)
         files = rest(mlflow_server, f"artifacts/list?run_id={run['info']['run_id']}").get("files", [])
         assert files, f"the {stage} run has no artifacts"
 

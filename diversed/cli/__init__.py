@@ -23,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--track",
-        metavar="STAGE",
-        help="log this command as an MLflow child run named STAGE (used by the workflow)",
+        metavar="'STAGE [CELL ...]'",
+        help="log this command as an MLflow child run named by its stage and cell, e.g."
+        " 'decode humaneval sd-k4-T1' (the workflow's jobs); the first word is its stage tag",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     decoding.add_generate(sub)
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_gate_thresholds(sub)
     tools.add_doctor(sub)
     tools.add_stage_times(sub)
+    tools.add_tracking_server(sub)
     training.add_collect_traces(sub)
     training.add_train_head(sub)
     training.add_check_head(sub)

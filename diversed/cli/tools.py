@@ -1,4 +1,5 @@
-"""Commands around the data, the models and the runs: ``data``, ``models``, ``doctor``, ``stage-times``."""
+"""Commands around the data, the models and the runs: ``data``, ``models``, ``doctor``,
+``stage-times``, ``tracking-server``."""
 
 from __future__ import annotations
 
@@ -149,6 +150,39 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from diversed.pipeline.doctor import run_doctor
 
     return run_doctor(args.data_dir, args.device)
+
+
+def cmd_tracking_server(args: argparse.Namespace) -> int:
+    """Replace this process by the MLflow server (its PID is the one `&` printed)."""
+    import os
+
+    from diversed.pipeline.server import server_command
+
+    argv, env = server_command(Path(args.store), args.port, args.host)
+    print(
+        f"mlflow server for {env['MLFLOW_TRACKING_USERNAME']} on {args.host}:{args.port}, store {args.store}",
+        flush=True,
+    )
+    os.execve(argv[0], argv, env)
+    return 0  # not reached
+
+
+def add_tracking_server(sub: argparse._SubParsersAction) -> None:
+    server = sub.add_parser(
+        "tracking-server",
+        help="the MLflow server a cluster run logs to: basic auth with $MLFLOW_TRACKING_USERNAME /"
+        " $MLFLOW_TRACKING_PASSWORD, this node's names allowed as Host",
+    )
+    server.add_argument(
+        "--store", default="~/diversed-mlflow", help="folder of its runs and auth (owner-only)"
+    )
+    server.add_argument("--port", type=int, default=5000, help="port (5000)")
+    server.add_argument(
+        "--host",
+        default="0.0.0.0",
+        help="interface to listen on (0.0.0.0: the nodes reach it; auth guards it)",
+    )
+    server.set_defaults(func=cmd_tracking_server)
 
 
 def add_data(sub: argparse._SubParsersAction) -> None:

@@ -179,7 +179,7 @@ def _start_run(stage: str, root: Path, start_ms: int) -> JobRun:
     try:
         mlflow = _mlflow(root)
         parent_file = root / "parent_run_id"
-        tags = {"stage": stage}
+        tags = {"stage": stage.split()[0]}  # the rule; the run's name also names its cell
         if parent_file.exists():
             tags["mlflow.parentRunId"] = parent_file.read_text().strip()
         experiment = mlflow.get_experiment_by_name(EXPERIMENT).experiment_id

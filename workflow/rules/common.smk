@@ -181,8 +181,10 @@ def model_flags():
 
 
 def start_tracking():
+    from diversed.pipeline.server import require_server
     from diversed.pipeline.tracking import start_invocation
 
+    require_server(workflow.local_exec)  # a cluster run logs to a server, never to SQLite on NFS
     start_invocation(tags={"config": json.dumps(config, sort_keys=True)[:4000]})
 
 

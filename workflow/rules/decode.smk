@@ -34,7 +34,7 @@ rule decode:
     conda:
         SOFTWARE
     shell:
-        "({params.offline} diversed --track decode decode --dataset {wildcards.dataset} --split {params.split}"
+        "({params.offline} diversed --track 'decode {wildcards.dataset} {wildcards.setting}' decode --dataset {wildcards.dataset} --split {params.split}"
         " --n-examples {params.n} --first-example {params.first} {params.models} {params.setting} {params.matched} --max-new-tokens {params.max_new_tokens} {params.head} {params.flags}"
         " --batch-size {params.batch_size} {params.run} --latency-examples {params.latency_examples}"
         " --quiet --replace-stale --out {params.rows} && (ln -f {params.rows} {output} || cp {params.rows} {output}))"

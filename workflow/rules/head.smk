@@ -36,7 +36,7 @@ rule train_head:
     conda:
         SOFTWARE
     shell:
-        "diversed --track train_head train-head --traces {params.traces} {params.init} --out {output.head}"
+        "diversed --track 'train_head {wildcards.train_dataset} s{wildcards.seed} r{wildcards.round}' train-head --traces {params.traces} {params.init} --out {output.head}"
         " --device {params.device}"
         " --epochs {params.epochs} --batch-size {params.batch_size} --lr {params.lr} {params.signals}"
         " --reg-lambda {params.reg_lambda} --reg-scale {params.reg_scale} --baseline {params.baseline}"
@@ -79,7 +79,7 @@ rule check_head:
     conda:
         SOFTWARE
     shell:
-        "({params.offline} diversed --track check_head check-head --candidate {input.candidate} --traces {params.traces}"
+        "({params.offline} diversed --track 'check_head {wildcards.train_dataset} s{wildcards.seed} r{wildcards.round}' check-head --candidate {input.candidate} --traces {params.traces}"
         " --out {output.head} --log results/checks/{wildcards.train_dataset}/s{wildcards.seed}/r{wildcards.round}.jsonl"
         " --dataset {params.dataset} --split {params.split} --n-examples {params.n} --rollouts {params.rollouts}"
         " {params.partial} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"

@@ -15,4 +15,4 @@ rule score:
     conda:
         SOFTWARE
     shell:
-        "{params.offline} diversed --track score score --dataset {wildcards.dataset} --in {input} --out {output} {params.flags} > {log} 2>&1"
+        "{params.offline} diversed --track 'score {wildcards.dataset} {wildcards.setting}' score --dataset {wildcards.dataset} --in {input} --out {output} {params.flags} > {log} 2>&1"

@@ -42,7 +42,7 @@ rule collect_traces:
     conda:
         SOFTWARE
     shell:
-        "({params.offline} diversed --track collect_traces collect-traces --dataset {params.dataset} --split {params.split}"
+        "({params.offline} diversed --track 'collect_traces {wildcards.train_dataset} r{wildcards.round}' collect-traces --dataset {params.dataset} --split {params.split}"
         " --n-examples {params.n} --max-new-tokens {params.max_new_tokens} --temperature {params.temperature}"
         " {params.behaviour} --seed {params.seed} {params.models} --batch-size {params.batch_size} {params.run}"
         " --rollouts {params.rollouts} {params.partial} --draft-length {params.draft_length} --sandbox {params.sandbox}"
