@@ -80,11 +80,12 @@ def above_frontier(
     statics: Sequence[dict[str, np.ndarray]],
     corpus_quality: Callable | None = None,
     seed: int = bootstrap.SEED,
+    resamples: int = bootstrap.RESAMPLES,
 ) -> dict[str, Any]:
     """Quality of ``mine`` minus the static frontier at its acceptance, with a paired 95% interval
     and the 80%-power effect; all are columns of the same examples in the same order. ``gap`` is
     None (and ``outside`` says why) when ``mine`` lies outside the static acceptance range."""
-    index = bootstrap.resamples(len(mine["count"]), seed=seed)
+    index = bootstrap.resamples(len(mine["count"]), resamples, seed)
     full = np.arange(len(mine["count"]))[None, :]
     quality = corpus_quality or bootstrap.FIGURES["quality"]
     accept = bootstrap.FIGURES["acceptance_rate"]
@@ -106,7 +107,12 @@ def above_frontier(
         }
     spread, _, _ = gap(index)
     se = standard_error(spread)
+    # the envelope's bias as the bootstrap sees it (its resamples' mean minus the point), removed
+    # from the point and, twice, from the resamples, so that the interval is centred on the truth
+    bias = float(np.nanmean(spread) - point[0])
     return {
+        "gap_bias_corrected": float(point[0]) - bias,
+        "gap_bias_corrected_ci": bootstrap.percentile_interval(spread - 2 * bias),
         "quality": float(q[0, 0]),  # over the examples every setting decoded, as the gap
         "acceptance": float(a[0, 0]),
         "frontier": float(q[0, 0] - point[0]),
@@ -133,3 +139,166 @@ def familywise(found: Sequence[dict[str, Any]], level: float = bootstrap.LEVEL) 
         (low, high), gap = f["gap_ci"], f["gap"]
         f["gap_ci_familywise"] = [gap - stretch * (gap - low), gap + stretch * (high - gap)]
         f["family"] = len(judged)
+
+
+# The envelope above is a maximum over noisy static points, so it runs high: on the verdict's
+# GSM8K cells its resample mean sat 0.6-1.0 points above the point envelope at the rules'
+# acceptances, and the percentile intervals about 0.9 points low, enough to flip calls between
+# interval methods. Cross-fitting takes the maximum out of the statistic: the envelope's active
+# segment (two static settings) is chosen on one half of the examples and the gap is measured on
+# the other half against the chord through those two settings, which is a policy one could run
+# (decode each example with one of them, at random, in the proportion that reaches the rule's
+# acceptance); then the halves swap, and the estimate averages many random splits. What the choice
+# gets wrong can only lower the comparator (a chord of true points lies under the true envelope),
+# and it does so rarely, where two segments are close: `benchmarks/frontier_coverage.py` measures the
+# coverage this gives on synthetic studies with known truth.
+CROSSFIT_SPLITS = 64  # random half splits averaged for the point estimate
+CROSSFIT_RESAMPLE_SPLITS = 4  # and inside each bootstrap resample (the split's noise is in the interval)
+
+
+def _weighted_sums(columns: dict[str, np.ndarray], weights: np.ndarray) -> dict[str, np.ndarray]:
+    """Each column summed over the examples with ``weights`` [resamples, n] (bootstrap counts times
+    a half's mask): [resamples] or [resamples, d]."""
+    return {name: weights @ column for name, column in columns.items()}
+
+
+def _points(
+    settings: Sequence[dict[str, np.ndarray]], weights: np.ndarray, quality: Callable
+) -> tuple[np.ndarray, np.ndarray]:
+    """(acceptance, quality) of every setting under ``weights``: two [resamples, settings] arrays."""
+    accept = bootstrap.FIGURES["acceptance_rate"]
+    sums = [_weighted_sums(cols, weights) for cols in settings]
+    return np.stack([accept(s) for s in sums], axis=-1), np.stack([quality(s) for s in sums], axis=-1)
+
+
+def active_segment(acceptance: np.ndarray, quality: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The two static settings (i, j) whose mix is the envelope at ``x``, per row, and whether x
+    lies inside the points' range (else i = j = 0 and ``inside`` is False)."""
+    a_i, a_j = acceptance[:, :, None], acceptance[:, None, :]
+    q_i, q_j = quality[:, :, None], quality[:, None, :]
+    at = x[:, None, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(a_j > a_i, (at - a_i) / (a_j - a_i), 0.0)
+    mixed = np.where((a_i <= at) & (at <= a_j), q_i + t * (q_j - q_i), -np.inf).reshape(len(x), -1)
+    best = mixed.argmax(axis=1)
+    inside = np.isfinite(mixed[np.arange(len(x)), best])
+    i, j = np.divmod(best, acceptance.shape[1])
+    return i, j, inside
+
+
+def chord_at(
+    acceptance: np.ndarray, quality: np.ndarray, i: np.ndarray, j: np.ndarray, x: np.ndarray
+) -> np.ndarray:
+    """Per row, the quality on the line through static settings i and j at acceptance x: what
+    decoding each example with i or j, at random in the proportion that reaches x, gives (the
+    line's extension where x falls outside them on these examples; the point itself when i = j)."""
+    rows = np.arange(len(x))
+    a_i, a_j, q_i, q_j = acceptance[rows, i], acceptance[rows, j], quality[rows, i], quality[rows, j]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(a_j != a_i, (x - a_i) / (a_j - a_i), 0.0)
+    return q_i + t * (q_j - q_i)
+
+
+def _crossfit(
+    settings: Sequence[dict[str, np.ndarray]], weights: np.ndarray, quality: Callable, splits: int, rng
+) -> np.ndarray:
+    """The cross-fitted gap per row of ``weights`` ([resamples, n] example counts), averaged over
+    ``splits`` random half splits of the examples (a resampled example stays in one half with all its
+    copies, so no example both chooses and judges)."""
+    total = np.zeros(len(weights))
+    for _ in range(splits):
+        half = rng.random(weights.shape) < 0.5
+        gaps, counts = [], []
+        for choose, judge in ((weights * half, weights * ~half), (weights * ~half, weights * half)):
+            a_c, q_c = _points(settings, choose, quality)
+            i, j, inside = active_segment(a_c[:, 1:], q_c[:, 1:], a_c[:, 0])
+            a_j, q_j = _points(settings, judge, quality)
+            gap = q_j[:, 0] - chord_at(a_j[:, 1:], q_j[:, 1:], i, j, a_j[:, 0])
+            gaps.append(np.where(inside, gap, np.nan))
+            counts.append(judge.sum(axis=1))
+        total += (gaps[0] * counts[0] + gaps[1] * counts[1]) / (counts[0] + counts[1])
+    return total / splits
+
+
+def crossfit_above_frontier(
+    mine: dict[str, np.ndarray],
+    statics: Sequence[dict[str, np.ndarray]],
+    corpus_quality: Callable | None = None,
+    seed: int = bootstrap.SEED,
+    resamples: int = bootstrap.RESAMPLES,
+) -> dict[str, Any]:
+    """``mine`` minus the static frontier at its acceptance, the frontier's segment chosen on data
+    the comparison does not score (the comment above), with its paired percentile interval over
+    ``resamples`` resamples and the 80%-power effect; the columns are of the same examples in the
+    same order. ``gap`` is None where ``mine`` lies outside the static range on all the examples."""
+    quality = corpus_quality or bootstrap.FIGURES["quality"]
+    settings = [mine, *statics]
+    n = len(mine["count"])
+    a, _ = _points(settings, np.ones((1, n)), quality)
+    low, high = float(np.nanmin(a[0, 1:])), float(np.nanmax(a[0, 1:]))
+    if not low <= a[0, 0] <= high:
+        return {
+            "gap": None,
+            "gap_ci": None,
+            "effect_80": None,
+            "outside": f"acceptance {a[0, 0]:.3f} outside the static range [{low:.3f}, {high:.3f}]",
+        }
+    rng = np.random.default_rng(seed)
+    point = float(np.nanmean(_crossfit(settings, np.ones((CROSSFIT_SPLITS, n)), quality, 1, rng)))
+    counts = np.zeros((resamples, n))
+    np.add.at(counts, (np.arange(resamples)[:, None], bootstrap.resamples(n, resamples, seed)), 1.0)
+    spread = _crossfit(settings, counts, quality, CROSSFIT_RESAMPLE_SPLITS, rng)
+    se = standard_error(spread)
+    return {
+        "gap": point,
+        "gap_ci": bootstrap.percentile_interval(spread),
+        "effect_80": None if se is None else POWER_FACTOR * se,
+        "comparator": "cross-fitted",
+    }
+
+
+def above_fixed_chord(
+    mine: dict[str, np.ndarray],
+    vertices: Sequence[dict[str, np.ndarray]],
+    corpus_quality: Callable | None = None,
+    seed: int = bootstrap.SEED,
+    resamples: int = bootstrap.RESAMPLES,
+    level: float = bootstrap.LEVEL,
+) -> dict[str, Any]:
+    """``mine`` minus the piecewise-linear chord through static ``vertices`` fixed in advance (a
+    preregistered comparator: no maximum is taken on these examples), at its acceptance, with its
+    paired percentile interval at ``level`` and the 80%-power effect at that level. The segment
+    is the one whose vertices' acceptances bracket ``mine``'s in each resample."""
+    quality = corpus_quality or bootstrap.FIGURES["quality"]
+    settings = [mine, *vertices]
+    n = len(mine["count"])
+
+    def gaps(weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, q = _points(settings, weights, quality)
+        order = np.argsort(a[:, 1:], axis=1)
+        a_v, q_v = np.take_along_axis(a[:, 1:], order, 1), np.take_along_axis(q[:, 1:], order, 1)
+        k = np.clip((a_v <= a[:, :1]).sum(axis=1) - 1, 0, a_v.shape[1] - 2)
+        inside = (a_v[:, 0] <= a[:, 0]) & (a[:, 0] <= a_v[:, -1])
+        gap = q[:, 0] - chord_at(a_v, q_v, k, k + 1, a[:, 0])
+        return np.where(inside, gap, np.nan), a
+
+    point, a = gaps(np.ones((1, n)))
+    if not np.isfinite(point[0]):
+        return {
+            "gap": None,
+            "gap_ci": None,
+            "effect_80": None,
+            "outside": f"acceptance {a[0, 0]:.3f} outside the vertices' range",
+        }
+    counts = np.zeros((resamples, n))
+    np.add.at(counts, (np.arange(resamples)[:, None], bootstrap.resamples(n, resamples, seed)), 1.0)
+    spread, _ = gaps(counts)
+    se = standard_error(spread)
+    z = NormalDist().inv_cdf(1 - (1 - level) / 2)
+    return {
+        "gap": float(point[0]),
+        "gap_ci": bootstrap.percentile_interval(spread, level),
+        "effect_80": None if se is None else (z + 0.841621) * se,
+        "acceptance": float(a[0, 0]),
+        "n": n,
+    }
