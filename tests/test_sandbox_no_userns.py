@@ -98,3 +98,25 @@ def test_rlimits_is_an_opt_in_that_every_record_states(
     assert result["sandbox"] == "rlimits" and result["pass@1"] == 100.0
     for row in result["per_example"]:
         assert row["sandbox"].startswith("rlimits: missing ") and "network namespace" in row["sandbox"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("collect-traces", "--dataset", "mbpp", "--out", "traces"),
+        ("score", "--dataset", "humaneval", "--in", "in.jsonl", "--out", "m.json"),
+    ],
+)
+def test_every_job_that_runs_generated_code_probes_its_own_node_first(
+    as_user_without_userns, tmp_path, canonical_decode_file, command
+):
+    """data_status probed the node snakemake runs on; a cluster's trace, check and score jobs run on
+    other nodes. Each stops at its start, before any model loads (the target named here does not
+    exist: the sandbox is refused first) and before it reads any data."""
+    canonical_decode_file(2, "in.jsonl")
+    models = ("--target", "no/such-model", "--draft", "no/such-draft") if command[0] != "score" else ()
+    done = as_user_without_userns(str(BIN / "diversed"), *command, *models, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    message = done.stderr.strip().splitlines()[-1]
+    assert f"{command[0]} {command[2]} runs generated code, and this node cannot isolate here" in message
+    assert not (tmp_path / "traces").exists()

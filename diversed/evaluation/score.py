@@ -15,7 +15,7 @@ from diversed.evaluation.metrics import QUALITY, accuracy, bleu, pass_at_1, roug
 from diversed.evaluation.weights import weight_statistics
 from diversed.files import read_jsonl
 from diversed.provenance import commit
-from diversed.sandbox import run_program
+from diversed.sandbox import require_isolation, run_program
 
 
 def read_records(path: str | Path, dataset: str | None = None) -> list[dict[str, Any]]:
@@ -105,6 +105,7 @@ def quality(
         return bleu(predictions, references), []
     if task.metric == "accuracy":
         return accuracy(predictions, references), []
+    require_isolation(sandbox, f"score {dataset}")
     split = records[0].get("split", "test")
     source, _ = load_records(task, split, data_dir, allow_hub)
     by_id = {task.example_id(rec, i): rec for i, rec in enumerate(source)}

@@ -34,12 +34,13 @@ from typing import Any
 import torch
 
 from diversed.config import DecodeConfig, check_range
-from diversed.data import DataError, Example, load_examples
+from diversed.data import DataError, Example, get_task, load_examples
 from diversed.evaluation.frontier import POWER_FACTOR
 from diversed.evaluation.metrics import task_reward
 from diversed.files import read_json, read_resumable
 from diversed.head import CARD, EnsembleHead, load_head
 from diversed.jobs.runner import ModelRun, RunOptions, batched, open_run
+from diversed.sandbox import require_isolation
 from diversed.training.selection import constant_head
 from diversed.training.trainer import FINALIST
 
@@ -270,6 +271,8 @@ def check_head(
     """Check the head ``train-head`` chose (``candidate``) against the static rule at its own
     on-policy mean w on held-out prompts; write it to ``out`` with the verdict in its card, and
     return the check's record."""
+    if job.n_examples and get_task(job.dataset).metric == "pass@1":  # its rewards run the rollouts' code
+        require_isolation(job.sandbox, f"check-head {job.dataset}")
     candidate_dir, out_dir = Path(candidate), Path(out)
     card = read_json(candidate_dir / CARD)
     head = load_head(candidate_dir)

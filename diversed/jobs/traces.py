@@ -28,11 +28,12 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from diversed.config import DecodeConfig, check_range, differing_keys
-from diversed.data import DataError, load_examples
+from diversed.data import DataError, get_task, load_examples
 from diversed.evaluation.metrics import task_reward
 from diversed.files import read_json
 from diversed.jobs.runner import RunOptions, batched, open_run
 from diversed.provenance import head_sha256, settings_hash
+from diversed.sandbox import require_isolation
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,8 @@ def collect_traces(
     are consecutive, so a batch holds few distinct prompts: the engine prefills each once, and
     the task's shared prompt start once per model for the whole collection (``options.prefix_cache``).
     """
+    if get_task(job.dataset).metric == "pass@1":  # its rewards run the rollouts' code
+        require_isolation(job.sandbox, f"collect-traces {job.dataset}")
     options = options or RunOptions()
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -247,3 +247,19 @@ def probe() -> dict:
             "missing": result.reason,
         }
     return {"isolated": True, "summary": "isolated: " + "; ".join(result.enforced), "missing": ""}
+
+
+
+def require_isolation(mode: str, job: str) -> None:
+    """Stop ``job``, which will run generated code, at its start and before any model loads, where
+    this node cannot isolate it and ``mode`` asks for isolation: the workflow's data_status probed
+    the node snakemake runs on, and a cluster's score jobs (CPU partition) and trace and check jobs
+    (GPU nodes) run elsewhere, some of them without user namespaces."""
+    if parse_mode(mode) != "isolated":
+        return
+    found = probe()
+    if not found["isolated"]:
+        raise SandboxError(
+            f"{job} runs generated code, and this node {found['summary']}; allow user namespaces, run"
+            " as root, or opt in to limits alone with score.sandbox: rlimits (each record then says so)"
+        )
