@@ -13,23 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from diversed.data import DataError
+from diversed.data.sources import parse_line
 
 
 def cache_dir() -> Path:
     """Where diversed keeps what it builds once per machine (models, packed weights):
     ``$DIVERSED_CACHE``, else ``~/.cache/diversed``."""
     return Path(os.environ.get("DIVERSED_CACHE", Path.home() / ".cache" / "diversed"))
-
-
-def parse_line(path: Path, number: int, raw: bytes | str) -> dict[str, Any]:
-    """One line as a JSON object, or a :class:`DataError` naming ``path`` and line ``number``."""
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{path}:{number}: not a JSON line ({err.msg}, column {err.colno})") from None
-    if not isinstance(value, dict):
-        raise DataError(f"{path}:{number}: a JSON line that is not an object")
-    return value
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
@@ -54,6 +44,16 @@ def read_resumable(path: Path, record_start: bytes) -> tuple[list[dict[str, Any]
     if tail[: len(record_start)] != record_start[: len(tail)]:
         raise DataError(f"{path}:{len(lines) + 1}: the last line is cut short and is not one of our records")
     return records, len(data) - len(tail)
+
+
+def require(record: dict[str, Any], keys: tuple[str, ...], where: str | Path, what: str) -> dict[str, Any]:
+    """``record`` if it holds every one of ``keys``; else a :class:`DataError` naming ``where`` (a
+    file, or file:line), what it should be, and the first key it lacks: a damaged or foreign file
+    is refused in one line, never met later as a KeyError deep in a job."""
+    missing = [key for key in keys if key not in record]
+    if missing:
+        raise DataError(f"{where}: not {what} (it has no {missing[0]!r})")
+    return record
 
 
 def read_json(path: str | Path) -> Any:

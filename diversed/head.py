@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from diversed.files import read_json, read_tensors
+from diversed.files import read_json, read_tensors, require
 
 WEIGHTS = "head.safetensors"
 CARD = "head.json"
@@ -99,7 +99,12 @@ def load_head(directory: str | Path, d_draft: int | None = None, d_target: int |
     path = Path(directory)
     if not (path / CARD).exists() or not (path / WEIGHTS).exists():
         raise HeadError(f"no ensemble head at {path} (expected {CARD} and {WEIGHTS})")
-    card = read_json(path / CARD)
+    card = require(read_json(path / CARD), ("d_draft", "d_target"), path / CARD, "a head card")
+    if not all(isinstance(card[key], int) and card[key] > 0 for key in ("d_draft", "d_target")):
+        raise HeadError(
+            f"{path / CARD}: d_draft and d_target must be hidden sizes,"
+            f" not {card['d_draft']!r} and {card['d_target']!r}"
+        )
     expected = (card["d_draft"], card["d_target"])
     if d_draft is not None and d_target is not None and (d_draft, d_target) != expected:
         raise HeadError(

@@ -50,9 +50,21 @@ def hub_cached(hub: HubSource) -> bool:
     return prepared.is_dir() and any(prepared.iterdir())
 
 
+def parse_line(path: Path, number: int, raw: bytes | str) -> dict[str, Any]:
+    """One line as a JSON object, or a :class:`DataError` naming ``path`` and line ``number``."""
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}:{number}: not a JSON line ({err.msg}, column {err.colno})") from None
+    if not isinstance(value, dict):
+        raise DataError(f"{path}:{number}: a JSON line that is not an object")
+    return value
+
+
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with path.open(encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+    """A local split's records; a line that is not a JSON object is named with its file and number."""
+    with path.open("rb") as handle:
+        return [parse_line(path, number, raw) for number, raw in enumerate(handle, 1) if raw.strip()]
 
 
 def load_split(

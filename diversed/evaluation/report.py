@@ -24,6 +24,7 @@ from diversed.evaluation.comparisons import (
     versus_static_frontier,
 )
 from diversed.evaluation.metrics import QUALITY
+from diversed.files import read_json, require
 
 CI_FIGURES = ("acceptance_rate", "mean_accepted_length", "quality", "seconds_per_example", "speedup")
 METHOD_ORDER = {"auto": 0, "sd": 1, "lossy": 2, "static": 3, "cascade": 4, "gate": 5, "diversed": 6}
@@ -93,10 +94,13 @@ def head_note(rows: list[dict[str, Any]]) -> str:
     return "DIVERSED heads learned on: " + ", ".join(f"{d} <- {h}" for d, h in sources) if sources else ""
 
 
+SCORE_KEYS = ("dataset", "method", "settings", "per_example", "n_examples")  # what the tables read
+
+
 def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
     rows = []
     for path in paths:
-        score = json.loads(Path(path).read_text())
+        score = require(read_json(path), SCORE_KEYS, path, "a score file (`diversed score` writes them)")
         task = get_task(score["dataset"])
         settings = score["settings"]
         untrained = bool((score.get("head_check") or {}).get("untrained"))

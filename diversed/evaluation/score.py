@@ -13,9 +13,11 @@ from diversed.engine.stats import GenerationStats
 from diversed.evaluation import bootstrap
 from diversed.evaluation.metrics import QUALITY, accuracy, bleu, pass_at_1, rouge, rouge2_per_example
 from diversed.evaluation.weights import weight_statistics
-from diversed.files import read_jsonl
+from diversed.files import read_jsonl, require
 from diversed.provenance import commit
 from diversed.sandbox import require_isolation, run_program
+
+DECODE_KEYS = ("id", "prediction", "reference", "stats")  # what scoring reads of every record
 
 
 def read_records(path: str | Path, dataset: str | None = None) -> list[dict[str, Any]]:
@@ -23,6 +25,8 @@ def read_records(path: str | Path, dataset: str | None = None) -> list[dict[str,
     records = read_jsonl(path)
     if not records:
         raise DataError(f"{path} holds no decoded examples")
+    for number, record in enumerate(records, 1):
+        require(record, DECODE_KEYS, f"{path}:{number}", "a decode record (`diversed decode` writes them)")
     if dataset is not None:
         for number, record in enumerate(records, 1):
             if record.get("dataset", dataset) != dataset:

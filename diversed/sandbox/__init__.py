@@ -249,7 +249,6 @@ def probe() -> dict:
     return {"isolated": True, "summary": "isolated: " + "; ".join(result.enforced), "missing": ""}
 
 
-
 def require_isolation(mode: str, job: str) -> None:
     """Stop ``job``, which will run generated code, at its start and before any model loads, where
     this node cannot isolate it and ``mode`` asks for isolation: the workflow's data_status probed

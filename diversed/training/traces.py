@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from diversed.data import DataError
-from diversed.files import read_json, read_tensors
+from diversed.files import read_json, read_tensors, require
 
 
 @dataclass
@@ -28,7 +28,12 @@ def load_traces(directory: str | Path) -> tuple[list[Trajectory], dict[str, Any]
     path = Path(directory)
     if not (path / "manifest.json").exists():
         raise DataError(f"no traces at {path} (expected manifest.json; run `diversed collect-traces`)")
-    manifest = read_json(path / "manifest.json")
+    where = path / "manifest.json"
+    manifest = require(read_json(where), ("sequences",), where, "a trace manifest")
+    for number, sequence in enumerate(manifest["sequences"], 1):
+        require(
+            sequence, ("id", "reward", "file", "tokens"), f"{where}: sequence {number}", "a trace sequence"
+        )
     trajectories = [
         Trajectory(s["id"], float(s["reward"]), read_tensors(path / f"{s['file']}.safetensors"))
         for s in manifest["sequences"]
