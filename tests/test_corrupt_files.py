@@ -12,6 +12,7 @@ import pytest
 from diversed.cli import main
 from diversed.pipeline.workflow_config import validate_config
 
+
 def refused(argv: list[str], capsys) -> str:
     """Run the CLI; it must exit 2 with one error line, which is returned."""
     capsys.readouterr()
