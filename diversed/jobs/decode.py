@@ -250,7 +250,8 @@ def run_decode(
                     "split": job.split,
                     "method": job.config.method.value,
                     "prompt": example.prompt,
-                    "completion": completion,
+                    "completion": run.task.cut(completion),  # the text scored
+                    "raw_completion": completion,  # all the model wrote, past the stop too
                     "prediction": run.task.extract(completion, example.record),
                     "reference": example.reference,
                     "token_ids": result.token_ids,
