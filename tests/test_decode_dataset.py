@@ -13,7 +13,17 @@ import pytest
 from diversed.cli import main
 from diversed.data import load_examples
 
-KEYS = {"id", "dataset", "method", "prompt", "completion", "raw_completion", "prediction", "reference", "stats"}
+KEYS = {
+    "id",
+    "dataset",
+    "method",
+    "prompt",
+    "completion",
+    "raw_completion",
+    "prediction",
+    "reference",
+    "stats",
+}
 
 
 def decode_argv(model_dirs, out, n=4, *extra):
