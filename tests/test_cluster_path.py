@@ -94,8 +94,9 @@ def dry_run(workdir: Path, tmp: Path, *args: str, data: Path = DATA, ok: bool = 
 def jobs(output: str) -> list[dict[str, str]]:
     """Each job of a dry run: its rule, resources line and shell command."""
     found = []
-    for block in re.split(r"\n(?=\[[^\n]*\]\n(?:local)?rule )", output):
-        rule = re.search(r"^(?:local)?rule (\w+):", block, re.MULTILINE)
+    # a grouped job's rules are indented under their "Group job" line
+    for block in re.split(r"\n(?=\s*\[[^\n]*\]\n\s*(?:local)?rule )", output):
+        rule = re.search(r"^\s*(?:local)?rule (\w+):", block, re.MULTILINE)
         if rule is None:
             continue
         resources = re.search(r"^\s+resources: (.*)$", block, re.MULTILINE)
@@ -130,6 +131,7 @@ def paper(tmp_path_factory) -> tuple[list[dict[str, str]], Path]:
         "config/paper.yaml",
         data=fitting_data(tmp),
     )
+    (tmp / "dry-run.txt").write_text(output)
     return jobs(output), tmp
 
 
@@ -168,6 +170,13 @@ def test_every_model_job_names_its_device_and_holds_the_only_gpus(paper):
         "tables_and_plots": 1,
         "all": 1,
     }
+
+
+def test_the_552_score_jobs_go_to_slurm_in_groups_of_24(paper):
+    """One-minute jobs, one submission each, would queue 552 SLURM jobs: the profile groups them."""
+    _, tmp = paper
+    output = (tmp / "dry-run.txt").read_text()
+    assert output.count("Group job scores") == 23  # 552 / 24
 
 
 def test_score_jobs_go_to_the_cpu_partition_and_model_jobs_to_the_gpu_one(paper):
