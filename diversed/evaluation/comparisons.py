@@ -62,7 +62,9 @@ def versus_static_frontier(row: dict[str, Any], rows: list[dict[str, Any]]) -> d
     n, (mine, *theirs) = aligned
     corpus = bootstrap.corpus_bleu_quality if row["corpus_bleu"] else None
     weights = ", ".join(f"{r['target_weight'] if r['method'] == 'static' else 1:g}" for r in statics)
-    return {"n": n, "static_w": weights, **frontier.above_frontier(mine, theirs, corpus)}
+    envelope = frontier.above_frontier(mine, theirs, corpus)
+    crossfit = frontier.crossfit_above_frontier(mine, theirs, corpus) if envelope["gap"] is not None else None
+    return {"n": n, "static_w": weights, **envelope, "crossfit": crossfit}
 
 
 def versus_static_curve(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any] | None:

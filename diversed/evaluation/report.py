@@ -159,5 +159,6 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
         if row["vs_frontier"]:
             families.setdefault(cell_key(row), []).append(row["vs_frontier"])
     for found in families.values():
-        frontier.familywise(found)
+        frontier.familywise(found)  # the plain envelope's intervals
+        frontier.familywise([f["crossfit"] for f in found if f.get("crossfit")])  # and the cross-fitted ones
     return rows
