@@ -125,7 +125,7 @@ def test_the_paired_table_shares_its_quality_columns_across_metrics():
     assert [c for c in table.columns if "quality" in c] == [
         "quality",
         "delta quality",
-        "quality above the static frontier",
+        "quality above the static frontier, cross-fitted",
         "quality above the neighbour line",
     ]
     assert list(table["delta quality"]) == ["-2 [-5, 1]"] * 2 and not table.isna().any().any()
@@ -172,8 +172,8 @@ def test_the_frontier_table_lists_the_judged_rules_best_first_with_their_family(
     """Three rules inside the convex curve's range (one of them on the w = 0 point) and one outside:
     the table has the three, best first, each with the frontier's quality at its acceptance and a
     family of m = 3."""
-    from diversed.evaluation import frontier
     from diversed.evaluation.comparisons import versus_static_frontier
+    from diversed.evaluation.report import judge_families
     from diversed.evaluation.tables import frontier_table
 
     rows = [cell("sd", None, 0.6, 36), cell("static", 0.5, 0.8, 20), cell("static", 0.0, 0.9, 15)]
@@ -181,7 +181,7 @@ def test_the_frontier_table_lists_the_judged_rules_best_first_with_their_family(
     rows.append(cell("gate", 4.0, 0.9, 15))  # on the w = 0 point, example by example: no power figure
     for r in rows:
         r["vs_frontier"] = versus_static_frontier(r, rows) if r["method"] == "gate" else None
-    frontier.familywise([r["vs_frontier"] for r in rows if r["vs_frontier"]])
+    judge_families(rows)
     table = frontier_table(rows)
     assert list(table["setting"]) == ["gate 2.0", "gate 4.0", "gate 1.0"]
     assert list(table["frontier there"]) == ["29", "15", "23.4"]  # the chord 36 - 70 (a - 0.6)

@@ -154,11 +154,17 @@ def load_scores(paths: list[str | Path]) -> list[dict[str, Any]]:
         row["vs_frontier"] = versus_static_frontier(row, rows)
         row["vs_static"] = versus_static_curve(row, rows)
         row["vs_matched"] = versus_matched_static(row, rows)
-    families: dict[tuple, list[dict[str, Any]]] = {}  # the rules judged against one frontier
+    judge_families(rows)
+    return rows
+
+
+def judge_families(rows: list[dict[str, Any]]) -> None:
+    """Family-wise intervals for the rules judged against one frontier (a dataset, T and k), for
+    both comparators: the plain envelope's and the cross-fitted one's."""
+    families: dict[tuple, list[dict[str, Any]]] = {}
     for row in rows:
-        if row["vs_frontier"]:
+        if row.get("vs_frontier"):
             families.setdefault(cell_key(row), []).append(row["vs_frontier"])
     for found in families.values():
-        frontier.familywise(found)  # the plain envelope's intervals
-        frontier.familywise([f["crossfit"] for f in found if f.get("crossfit")])  # and the cross-fitted ones
-    return rows
+        frontier.familywise(found)
+        frontier.familywise([f["crossfit"] for f in found if f.get("crossfit")])
