@@ -61,3 +61,34 @@ def test_crossfitted_intervals_cover_the_truth_and_call_a_rule_on_the_frontier_a
     assert (
         envelope["bias"] < 0 < crossfit["bias"]
     )  # the envelope errs against the rule, cross-fitting towards it
+
+
+def test_the_preregistered_test_says_its_sentence_for_each_outcome():
+    """Score files whose examples all score their point: a rule 6 above the fixed chord is above, 6
+    below is below, and one on it with no spread is neither (no power figure from no noise)."""
+    from diversed.evaluation.confirm import confirm
+
+    def score(acceptance: float, quality: float) -> dict:
+        rows = [
+            {
+                "id": str(i),
+                "quality": quality,
+                "accepted": 100 * acceptance,
+                "drafted": 100,
+                "blocks": 25,
+                "batch_size": 8,
+                "seconds": 1.0,
+            }
+            for i in range(50)
+        ]
+        return {"per_example": rows}
+
+    vertices = [score(0.64, 32.0), score(0.93, 18.0), score(1.0, 14.5)]
+    on_chord = 32.0 + (0.8 - 0.64) / (0.93 - 0.64) * (18.0 - 32.0)
+    second = 18.0 + (0.95 - 0.93) / (1.0 - 0.93) * (14.5 - 18.0)  # on the chord's second segment
+    rules = {"up": score(0.8, on_chord + 6), "down": score(0.8, on_chord - 6), "on": score(0.95, second)}
+    found = {r["rule"]: r for r in confirm(rules, vertices, resamples=200)}
+    assert found["up"]["outcome"] == "above" and found["up"]["gap"] == pytest.approx(6.0)
+    assert found["down"]["outcome"] == "below" and "by 6.0 points" in found["down"]["sentence"]
+    assert found["up"]["level"] == pytest.approx(1 - 0.05 / 3)
+    assert found["on"]["outcome"] == "neither" and found["on"]["gap"] == pytest.approx(0.0, abs=1e-9)

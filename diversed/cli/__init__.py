@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     decoding.add_decode(sub)
     results.add_score(sub)
     results.add_export(sub)
+    results.add_confirm(sub)
     tools.add_data(sub)
     tools.add_models(sub)
     results.add_report(sub)

@@ -30,6 +30,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_confirm(args: argparse.Namespace) -> int:
+    from diversed.evaluation.confirm import confirm
+    from diversed.files import read_json
+
+    rules = {}
+    for entry in args.rules:
+        name, _, path = entry.rpartition("=")
+        rules[name or path] = read_json(path)
+    found = confirm(rules, [read_json(p) for p in args.vertices], args.alpha, args.resamples, args.seed)
+    for row in found:
+        print(row["sentence"])
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as sink:
+            json.dump(found, sink, indent=2)
+    return 0
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from diversed.evaluation.plots import write_plots
     from diversed.evaluation.report import load_scores
@@ -82,6 +99,22 @@ def add_export(sub: argparse._SubParsersAction) -> None:
     exp.add_argument("--out", required=True, help="folder to write into")
     add_data_flags(exp)
     exp.set_defaults(func=cmd_export)
+
+
+def add_confirm(sub: argparse._SubParsersAction) -> None:
+    con = sub.add_parser(
+        "confirm",
+        help="the preregistered test: rules minus the chord through fixed static vertices, Bonferroni",
+    )
+    con.add_argument("--rules", nargs="+", required=True, metavar="NAME=SCORE_JSON", help="the family")
+    con.add_argument(
+        "--vertices", nargs="+", required=True, metavar="SCORE_JSON", help="the fixed static cells"
+    )
+    con.add_argument("--alpha", type=float, default=0.05, help="family-wise level (0.05)")
+    con.add_argument("--resamples", type=int, default=10_000, help="paired bootstrap resamples (10,000)")
+    con.add_argument("--seed", type=int, default=0, help="bootstrap seed (0)")
+    con.add_argument("--out", help="also write the figures as JSON")
+    con.set_defaults(func=cmd_confirm)
 
 
 def add_report(sub: argparse._SubParsersAction) -> None:
