@@ -99,12 +99,7 @@ def above_frontier(
     point, a, q = gap(full)
     low, high = float(np.nanmin(a[0, 1:])), float(np.nanmax(a[0, 1:]))
     if not np.isfinite(point[0]):
-        return {
-            "gap": None,
-            "gap_ci": None,
-            "effect_80": None,
-            "outside": f"acceptance {a[0, 0]:.3f} outside the static range [{low:.3f}, {high:.3f}]",
-        }
+        return outside(a[0, 0], low, high)
     spread, _, _ = gap(index)
     se = standard_error(spread)
     # the envelope's bias as the bootstrap sees it (its resamples' mean minus the point), removed
@@ -157,6 +152,24 @@ def familywise(found: Sequence[dict[str, Any]], level: float = bootstrap.LEVEL) 
 CROSSFIT_FOLDS = 10
 CROSSFIT_SPLITS = 16  # random partitions averaged for the point estimate
 CROSSFIT_RESAMPLE_SPLITS = 1  # and one inside each bootstrap resample (its noise is in the interval)
+
+
+def resample_counts(n: int, resamples: int, seed: int) -> np.ndarray:
+    """How often each of n examples is drawn in each resample ([resamples, n]): the bootstrap as
+    weights, so a fold of a resample keeps every copy of an example together."""
+    counts = np.zeros((resamples, n))
+    np.add.at(counts, (np.arange(resamples)[:, None], bootstrap.resamples(n, resamples, seed)), 1.0)
+    return counts
+
+
+def outside(acceptance: float, low: float, high: float) -> dict[str, Any]:
+    """The figures of a setting whose acceptance lies outside the static points' range: none."""
+    return {
+        "gap": None,
+        "gap_ci": None,
+        "effect_80": None,
+        "outside": f"acceptance {acceptance:.3f} outside the static range [{low:.3f}, {high:.3f}]",
+    }
 
 
 def _weighted_sums(columns: dict[str, np.ndarray], weights: np.ndarray) -> dict[str, np.ndarray]:
@@ -252,17 +265,11 @@ def crossfit_above_frontier(
     a, _ = _points(settings, np.ones((1, n)), quality)
     low, high = float(np.nanmin(a[0, 1:])), float(np.nanmax(a[0, 1:]))
     if not low <= a[0, 0] <= high:
-        return {
-            "gap": None,
-            "gap_ci": None,
-            "effect_80": None,
-            "outside": f"acceptance {a[0, 0]:.3f} outside the static range [{low:.3f}, {high:.3f}]",
-        }
+        return outside(a[0, 0], low, high)
     rng = np.random.default_rng(seed)
     # rounded at 1e-12: sums over folds in another order differ from the whole by float rounding
     point = round(float(np.nanmean(_crossfit(settings, np.ones((CROSSFIT_SPLITS, n)), quality, 1, rng))), 12)
-    counts = np.zeros((resamples, n))
-    np.add.at(counts, (np.arange(resamples)[:, None], bootstrap.resamples(n, resamples, seed)), 1.0)
+    counts = resample_counts(n, resamples, seed)
     spread = np.round(_crossfit(settings, counts, quality, CROSSFIT_RESAMPLE_SPLITS, rng), 12)
     se = standard_error(spread)
     return {
@@ -300,14 +307,8 @@ def above_fixed_chord(
 
     point, a = gaps(np.ones((1, n)))
     if not np.isfinite(point[0]):
-        return {
-            "gap": None,
-            "gap_ci": None,
-            "effect_80": None,
-            "outside": f"acceptance {a[0, 0]:.3f} outside the vertices' range",
-        }
-    counts = np.zeros((resamples, n))
-    np.add.at(counts, (np.arange(resamples)[:, None], bootstrap.resamples(n, resamples, seed)), 1.0)
+        return outside(a[0, 0], float(np.nanmin(a[0, 1:])), float(np.nanmax(a[0, 1:])))
+    counts = resample_counts(n, resamples, seed)
     spread, _ = gaps(counts)
     se = standard_error(spread)
     z = NormalDist().inv_cdf(1 - (1 - level) / 2)
