@@ -33,7 +33,7 @@ def test_score_data_status_and_report_run_without_torch(tmp_path, model_dirs):
     decoded = tmp_path / "he.jsonl"
     target, draft = model_dirs
     pair = ("--target", str(target), "--draft", str(draft), "--max-new-tokens", "6", "--quiet")
-    argv = "decode --dataset humaneval --n-examples 2 --method sd".split()
+    argv = ["decode", "--dataset", "humaneval", "--n-examples", "2", "--method", "sd"]
     assert main([*argv, *pair, "--out", str(decoded)]) == 0
     score = tmp_path / "score.json"
     done = run_without_torch(
