@@ -40,7 +40,7 @@ def _splits(folder: Path) -> list[str]:
 def _embedded_lines(dtype: str) -> None:
     """One line per embedded model: the dtypes stored here, and whether a job in ``dtype`` (this
     machine's auto) loads from them. Informational: a run on hub models needs none of them."""
-    from diversed.loading.embedded import EMBEDDED, PREFIX, EmbeddedError, local_path, stored
+    from diversed.loading.embedded import EMBEDDED, PAIR, PREFIX, EmbeddedError, local_path, stored
 
     for name in EMBEDDED:
         have = stored(PREFIX + name)
@@ -51,7 +51,8 @@ def _embedded_lines(dtype: str) -> None:
         except EmbeddedError as err:
             detail = f"stored in {', '.join(have)}, not for {dtype} jobs" if have else "not fetched"
             ok = False
-            fix = str(err).split(": ", 1)[1] if have else f"diversed models fetch {name}  (or make models)"
+            make = "  (or make models)" if name in PAIR else ""
+            fix = str(err).split(": ", 1)[1] if have else f"diversed models fetch {name}{make}"
         _line(ok, f"embedded:{name}", detail, "" if ok else fix)
 
 
