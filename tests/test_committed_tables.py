@@ -15,7 +15,7 @@ TABLE_SETS = {  # table prefix -> the score files it is made from
     "control/tables/main": "control/cells/*.json",
     "control/natural-pair-tables/main": "control/natural-pair-cells/*-T1.json",  # not the 128-token sd
     "cpu-study/main": "cpu-study/scores/*/*.json",
-    "embedded-default/main": "embedded-default/scores/*/*.json",
+    "embedded-default/avx2/main": "embedded-default/avx2/scores/*/*.json",
     "natural/tables/main": "natural/cells/*.json",
     "verdict/tables/main": "verdict/cells/*.json",
 }
