@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from diversed.data import DataError, get_task, load_examples, resolve
-from diversed.data.tasks import CNNDM, TASKS, normalise_number
+from diversed.data.registry import TASKS
+from diversed.data.tasks import CNNDM, normalise_number
 
 SHARED = os.environ.get("DIVERSED_DATA_DIR")
 needs_shared = pytest.mark.skipif(

@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools.add_data(sub)
     tools.add_models(sub)
     results.add_report(sub)
+    results.add_specbench(sub)
     results.add_gate_thresholds(sub)
     tools.add_doctor(sub)
     tools.add_stage_times(sub)

@@ -70,15 +70,19 @@ def matched_config(config: DecodeConfig, path: str) -> DecodeConfig:
 
 
 def cmd_decode(args: argparse.Namespace) -> int:
+    from diversed.data import get_task
     from diversed.jobs.decode import DecodeJob, run_decode
 
+    budget = get_task(args.dataset).max_new_tokens
+    if args.max_new_tokens is None and budget is not None:  # the benchmark's own (Spec-Bench: 1024)
+        args.max_new_tokens = budget
     config = decode_config(args)
     check_method_inputs(config, args)
     check_step_device(args)
     if args.target_weight_from:
         config = matched_config(config, args.target_weight_from)
     head = args.head if config.method is Method.DIVERSED else None
-    job = from_args(DecodeJob, args, config=config, head=head)
+    job = from_args(DecodeJob, args, config=config, head=head, categories=tuple(args.categories or ()))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         print(
@@ -157,7 +161,9 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
     dec = sub.add_parser("decode", help="decode a dataset split into a resumable JSONL file")
     add_model_flags(dec)
     add_decoding_flags(dec)
-    dec.add_argument("--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp")
+    dec.add_argument(
+        "--dataset", required=True, help="gsm8k | cnndm | xsum | wmt | humaneval | mbpp | specbench"
+    )
     dec.add_argument("--split", default="test", help="split to decode (default test)")
     dec.add_argument("--n-examples", "--n_examples", type=int, help="seeded random subset size (default all)")
     dec.add_argument(
@@ -167,7 +173,19 @@ def add_decode(sub: argparse._SubParsersAction) -> None:
         help="skip the subset's first N examples (0): a confirmatory cell decodes only examples it never saw",
     )
     dec.add_argument(
-        "--chat", action="store_true", help="wrap prompts in the chat template (default raw text)"
+        "--categories",
+        nargs="+",
+        help="a benchmark's categories to decode (specbench: e.g. translation qa; default all)",
+    )
+    dec.add_argument(
+        "--per-category",
+        type=int,
+        help="the first N questions of each category by id (specbench's stratified subset; default all)",
+    )
+    dec.add_argument(
+        "--chat",
+        action="store_true",
+        help="wrap prompts in the chat template (default raw text; specbench always is)",
     )
     dec.add_argument(
         "--out",

@@ -1,4 +1,4 @@
-"""Commands on decoded files: ``score``, ``export``, ``report`` and ``gate-thresholds``."""
+"""Commands on decoded files: ``score``, ``export``, ``report``, ``specbench`` and ``gate-thresholds``."""
 
 from __future__ import annotations
 
@@ -57,6 +57,32 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(path)
         if args.tracker:  # the tables and plots, beside the runs they summarise
             args.tracker.artifact(path)
+    return 0
+
+
+def cmd_specbench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from diversed.evaluation.specbench import answer_file, leaderboard, markdown, tokenizer_counter
+    from diversed.files import read_jsonl
+    from diversed.loading.models import load_tokenizer
+
+    cells = {}
+    for entry in args.cells:
+        label, _, path = entry.rpartition("=")
+        cells[label or Path(path).stem] = Path(path)
+    if args.baseline not in cells:
+        raise SystemExit(f"--baseline {args.baseline!r} is not one of the cells: {', '.join(cells)}")
+    rows = leaderboard(cells, args.baseline, tokenizer_counter(load_tokenizer(args.tokenizer)))
+    table = markdown(rows, args.baseline)
+    print(table)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(table, encoding="utf-8")
+        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    if args.answers:
+        for label, path in cells.items():
+            print(answer_file(read_jsonl(path), Path(args.answers) / f"{label}.jsonl", label))
     return 0
 
 
@@ -123,6 +149,24 @@ def add_report(sub: argparse._SubParsersAction) -> None:
     rep.add_argument("--tables", required=True, help="output prefix, e.g. results/tables/main")
     rep.add_argument("--plots", required=True, help="output folder for PNG and SVG plots")
     rep.set_defaults(func=cmd_report)
+
+
+def add_specbench(sub: argparse._SubParsersAction) -> None:
+    spec = sub.add_parser(
+        "specbench",
+        help="Spec-Bench's leaderboard from decode files of dataset specbench: per category the"
+        " speed-up over the baseline and #mean accepted tokens, read as its speed.py reads them",
+    )
+    spec.add_argument(
+        "--cells", nargs="+", required=True, metavar="LABEL=DECODE_JSONL", help="one decode file per method"
+    )
+    spec.add_argument("--baseline", default="auto", help="the label of plain decoding's cell (auto)")
+    spec.add_argument(
+        "--tokenizer", required=True, help="the target's tokenizer: speed.py re-counts the baseline's tokens"
+    )
+    spec.add_argument("--out", help="the table (markdown), with its figures beside it as .json")
+    spec.add_argument("--answers", help="also write each cell as a Spec-Bench answer file into this folder")
+    spec.set_defaults(func=cmd_specbench)
 
 
 def add_gate_thresholds(sub: argparse._SubParsersAction) -> None:

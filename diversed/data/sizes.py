@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from diversed.data.registry import get_task
 from diversed.data.sources import DataError, data_dir
-from diversed.data.tasks import get_task
 
 
 @dataclass
@@ -60,7 +60,7 @@ def local_size(name: str, split: str, directory: str | Path | None = None) -> in
     if task.name == "humaneval":
         return None
     root = data_dir(directory)
-    path = root / task.name / f"{split}.jsonl" if root is not None else None
+    path = root / task.local_file(split) if root is not None else None
     if path is None or not path.is_file():
         return None
     if task.fewshot_split == split:  # e.g. GSM8K train: read it, to find the shots it lends

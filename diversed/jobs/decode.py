@@ -31,12 +31,13 @@ import torch
 from tqdm import tqdm
 
 from diversed.config import ConfigError, DecodeConfig, check_range, differing_keys
-from diversed.data import DataError, Example, load_examples
+from diversed.data import DataError, Example, get_task, load_examples
 from diversed.devices import device_name
 from diversed.engine.stats import GenerationStats
 from diversed.evaluation.weights import token_class
 from diversed.files import read_resumable
 from diversed.jobs.runner import RunOptions, batched, open_run
+from diversed.jobs.turns import answer_turns
 from diversed.methods import Method
 from diversed.provenance import commit, head_sha256, settings_hash
 
@@ -64,10 +65,17 @@ class DecodeJob:
     # examples before this one in the seeded order are not this cell's (a confirmatory cell decodes
     # fresh ones); each example keeps its position's seed, so a cell split at it joins up again
     first_example: int = 0
+    # a benchmark with categories (Spec-Bench): these only, the first per_category of each by id
+    categories: tuple[str, ...] = ()
+    per_category: int | None = None
 
     def __post_init__(self) -> None:
         check_range("n_examples", self.n_examples, minimum=1)
         check_range("first_example", self.first_example, minimum=0)
+        check_range("per_category", self.per_category, minimum=1)
+        if get_task(self.dataset).chat and not self.chat:  # a chat benchmark is asked in the template
+            object.__setattr__(self, "chat", True)
+        object.__setattr__(self, "categories", tuple(self.categories))
         if self.n_examples is not None and self.first_example >= self.n_examples:
             raise ConfigError(
                 f"first_example {self.first_example} leaves no example of n_examples {self.n_examples}"
@@ -82,6 +90,8 @@ class DecodeJob:
             directory=data_dir,
             allow_hub=allow_hub,
             start=self.first_example,
+            categories=self.categories,
+            per_category=self.per_category,
         )
 
     def settings(self) -> dict[str, Any]:
@@ -98,6 +108,10 @@ class DecodeJob:
             quantized["stop"] = self.stop
         if self.first_example:
             quantized["first_example"] = self.first_example
+        if self.categories:
+            quantized["categories"] = list(self.categories)
+        if self.per_category is not None:
+            quantized["per_category"] = self.per_category
         return {
             "dataset": self.dataset,
             "split": self.split,
@@ -233,6 +247,8 @@ def run_decode(
             start, cpu_start = time.perf_counter(), time.process_time()
             results = decoder.generate_batch(ids, seeds=seeds)
             seconds = time.perf_counter() - start
+            turns = answer_turns(run, decoder, batch, results, seeds, seconds)
+            seconds = time.perf_counter() - start
             batch_info = {
                 "size": len(batch),
                 "id": f"{batch[0][1].id}+{len(batch)}",
@@ -242,8 +258,9 @@ def run_decode(
                 "cpu_seconds": time.process_time() - cpu_start,
                 "threads": torch.get_num_threads(),
             }
-            for (_, example), result in zip(batch, results, strict=True):
+            for (index, example), result in zip(batch, results, strict=True):
                 completion = run.decode_text(result.token_ids)
+                asked = turns.get(index)
                 record = {
                     "id": example.id,
                     "dataset": job.dataset,
@@ -257,7 +274,12 @@ def run_decode(
                     "token_ids": result.token_ids,
                     **token_weights(result, run.stack.tokenizer),
                     "finish_reason": result.finish_reason,
-                    "stats": result.stats.to_dict(),
+                    # every turn's counters together, so acceptance covers the whole conversation
+                    "stats": (
+                        GenerationStats.total(t["stats"] for t in asked) if asked else result.stats
+                    ).to_dict(),
+                    **({"category": example.category} if example.category is not None else {}),
+                    **({"turns": [{**t, "stats": t["stats"].to_dict()} for t in asked]} if asked else {}),
                     "batch": batch_info,
                     "prefix_cache": options.prefix_cache,
                     "step": options.step,

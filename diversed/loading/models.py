@@ -7,7 +7,7 @@ that cannot be fetched, or a target/draft pair whose vocabularies differ.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,7 +189,25 @@ def prompt_ids(tokenizer: PreTrainedTokenizerBase, prompt: str, chat: bool) -> l
     """Raw text, as the paper fed it, or the tokenizer's chat template around it."""
     if not chat:
         return tokenizer(prompt).input_ids
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True)
+    return conversation_ids(tokenizer, [prompt], [])
+
+
+def conversation_ids(
+    tokenizer: PreTrainedTokenizerBase, asked: Sequence[str], answers: Sequence[str]
+) -> list[int]:
+    """The chat template over a conversation: user turn i, then the model's own answer i, for every
+    answer given, and the next user turn open for the assistant (MT-bench's second turn follows the
+    model's first answer, as Spec-Bench's ``eval.py`` builds it)."""
+    if len(asked) != len(answers) + 1:
+        raise ValueError(
+            f"a conversation of {len(asked)} user turns needs {len(asked) - 1} answers, not {len(answers)}"
+        )
+    messages = []
+    for number, text in enumerate(asked):
+        messages.append({"role": "user", "content": text})
+        if number < len(answers):
+            messages.append({"role": "assistant", "content": answers[number]})
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     return ids if isinstance(ids, list) else ids["input_ids"]
 
 
