@@ -29,6 +29,7 @@ include: "workflow/rules/head.smk"
 include: "workflow/rules/decode.smk"
 include: "workflow/rules/score.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/specbench.smk"
 
 
 # Bookkeeping and downloads run where snakemake runs (the login node on a cluster: it has the
@@ -38,13 +39,12 @@ localrules:
     prepare_models,
     data_status,
     tables_and_plots,
+    specbench_table,
 
 
 rule all:
     input:
-        "results/tables/main.md",
-        "results/plots/quality_vs_acceptance.png",
-        "results/data/status.json",
+        final_targets(),
 
 
 onstart:

@@ -128,8 +128,10 @@ def data_draws():
 
 
 def decode_targets():
+    """The score files of the main table: every dataset's cells but Spec-Bench's, which its own table
+    reads (specbench.smk)."""
     targets = []
-    for dataset in DATASETS:
+    for dataset in [d for d in DATASETS if d != "specbench"]:
         for name, values in SETTINGS.items():
             if values["method"] == "diversed" and "head" not in values and not head_available(dataset):
                 warnings.warn(f"skipping diversed on {dataset}: no train split to train its head on")
@@ -168,6 +170,23 @@ def head_flag(wildcards, input):
 def data_flags():
     flags = f"--data-dir {DATA['dir']}" if DATA["dir"] else ""
     return flags + ("" if DATA["allow_hub"] else " --no-hub")
+
+
+def subset_flags():
+    """A benchmark's stratified subset (specbench): its categories and questions per category."""
+    flags = f" --per-category {DATA['per_category']}" if DATA["per_category"] else ""
+    return flags + (f" --categories {' '.join(DATA['categories'])}" if DATA["categories"] else "")
+
+
+def final_targets():
+    """What `snakemake` builds: the main table and plot where datasets other than Spec-Bench are
+    decoded, Spec-Bench's leaderboard where it is, and the data status always."""
+    targets = ["results/data/status.json"]
+    if any(d != "specbench" for d in DATASETS):
+        targets += ["results/tables/main.md", "results/plots/quality_vs_acceptance.png"]
+    if "specbench" in DATASETS:
+        targets.append("results/tables/specbench.md")
+    return targets
 
 
 def model_flags():

@@ -20,7 +20,7 @@ rule decode:
         max_new_tokens=DECODE["max_new_tokens"],
         head=head_flag,
         matched=lambda w, input: f"--target-weight-from {input.matched}" if "matched" in input.keys() else "",
-        flags=data_flags(),
+        flags=data_flags() + subset_flags(),
         batch_size=DECODE["batch_size"],
         run=run_flags(),
         latency_examples=DECODE["latency_examples"],
