@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict:
         dtype = choose_dtype("auto", "cpu")[0]  # bf16 where the CPU has it, as a decode job runs
         embedded = ("embedded:qwen2.5-coder-1.5b", "embedded:qwen2.5-coder-0.5b")
         spec = bench.BenchSpec(out="", target=embedded[0], draft=embedded[1], dtype=dtype)
-        target, draft, tokenizer, name, _ = bench._load_pair(spec)
+        target, draft, tokenizer, name, _ = bench.load_bench_pair(spec)
     prompts = [tokenizer(p).input_ids for p in PROMPTS]
     stores = {"dynamic_cat": dynamic, "in_place": in_place}
     cases = {}

@@ -177,3 +177,33 @@ def test_the_export_is_an_answer_file_speed_py_reads(decoded, tmp_path):
 def test_the_main_score_refuses_specbench_in_one_line(decoded):
     with pytest.raises(DataError, match="diversed specbench"):
         quality("specbench", decoded["sd"])
+
+
+def test_side_by_side_with_hugging_face_agrees_token_for_token(questions, tmp_path):
+    """Greedy: HF generate and assisted generation are our auto, HF's assistant_ensemble_weight is our
+    static, question by question (the record counts them; timing is not asserted)."""
+    from diversed.jobs.bench import BenchSpec
+    from diversed.jobs.peers import run_peers
+
+    target, draft = write_tiny_pair(tmp_path / "tiny")
+    spec = BenchSpec(
+        str(tmp_path / "peers.json"),
+        str(target),
+        str(draft),
+        "float32",
+        data_dir=str(questions),
+        max_new_tokens=8,
+        num_assistant_tokens=3,
+        repeats=1,
+    )
+    found = run_peers(spec, per_category=1, weight=0.5)
+    assert found["categories"] == {"writing": 1, "translation": 1, "math_reasoning": 1}
+    assert {name: v["identical"] for name, v in found["identity"].items()} == dict.fromkeys(
+        found["identity"], 3
+    )
+    assert set(found["ratios"]["ours_static_vs_hf_ensemble"]) == {
+        "writing",
+        "translation",
+        "math_reasoning",
+        "all",
+    }

@@ -124,6 +124,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from diversed.jobs.bench import BenchSpec, run_bench
+    from diversed.jobs.peers import run_peers
 
     spec = from_args(
         BenchSpec,
@@ -132,7 +133,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         batch_sizes=tuple(args.batch_sizes),
         onednn=not args.no_onednn,
     )
-    run_bench(spec)
+    if args.dataset == "specbench":  # Spec-Bench's subset, per category, beside Hugging Face's peers
+        run_peers(spec, args.per_category or 1, args.target_weight)
+    else:
+        run_bench(spec)
     return 0
 
 
@@ -236,6 +240,17 @@ def add_bench(sub: argparse._SubParsersAction) -> None:
         "--dataset", help="take the prompts from this dataset's test split instead, e.g. humaneval"
     )
     bench.add_argument("--n-prompts", type=int, default=8, help="prompts taken from --dataset (8)")
+    bench.add_argument(
+        "--per-category",
+        type=int,
+        help="--dataset specbench: the first N questions of each category (1); ours beside HF per category",
+    )
+    bench.add_argument(
+        "--target-weight",
+        type=float,
+        default=0.5,
+        help="--dataset specbench: w of ours static and of HF's assistant_ensemble_weight (0.5)",
+    )
     bench.add_argument("--data-dir", help="local dataset folder (default $DIVERSED_DATA_DIR)")
     bench.add_argument(
         "--batch-sizes", type=int, nargs="+", default=[1, 4], help="batch sizes to compare (1 4)"

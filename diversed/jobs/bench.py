@@ -88,7 +88,7 @@ def _tiny_bench_pair():
     return target, draft, tokenizer, "tiny-llama-8L-512 (built in code)", "its first layer"
 
 
-def _load_pair(spec: BenchSpec):
+def load_bench_pair(spec: BenchSpec):
     from diversed.loading.models import load_pair, load_tokenizer
 
     target, draft = load_pair(
@@ -97,7 +97,7 @@ def _load_pair(spec: BenchSpec):
     return target, draft, load_tokenizer(spec.target), spec.target, spec.draft
 
 
-def _stock_pair(spec: BenchSpec, target, draft):
+def stock_pair(spec: BenchSpec, target, draft):
     """The pair as a user of transformers loads it: same weights and dtype, torch's own linears."""
     if not spec.target:
         return copy.deepcopy(target), copy.deepcopy(draft)  # taken before our linears are installed
@@ -234,7 +234,7 @@ def _systems(target, draft, stock, tokenizer, spec: BenchSpec) -> dict[str, Runn
 BATCH_ONE_ONLY = ("hf_assisted", "hf_assisted_stock")  # HF assisted generation supports nothing else
 
 
-def _first_difference(a: list[int], b: list[int]) -> int | None:
+def first_difference(a: list[int], b: list[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
@@ -247,9 +247,9 @@ def run_bench(spec: BenchSpec) -> dict[str, Any]:
     if spec.target and not spec.draft:
         raise ValueError("--target needs --draft")
     target, draft, tokenizer, target_name, draft_name = (
-        _load_pair(spec) if spec.target else _tiny_bench_pair()
+        load_bench_pair(spec) if spec.target else _tiny_bench_pair()
     )
-    stock = _stock_pair(spec, target, draft)
+    stock = stock_pair(spec, target, draft)
     if not spec.target:
         from diversed.loading.models import use_cpu_linears
 
@@ -282,7 +282,7 @@ def run_bench(spec: BenchSpec) -> dict[str, Any]:
     reference = outputs["ours_auto@1"]
     identity = {}
     for key, rows in outputs.items():
-        diffs = [_first_difference(row, ref) for row, ref in zip(rows, reference, strict=True)]
+        diffs = [first_difference(row, ref) for row, ref in zip(rows, reference, strict=True)]
         identity[key] = {
             "identical_rows": sum(d is None for d in diffs),
             "first_difference": [d for d in diffs if d is not None],
