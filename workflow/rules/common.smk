@@ -178,6 +178,14 @@ def subset_flags():
     return flags + (f" --categories {' '.join(DATA['categories'])}" if DATA["categories"] else "")
 
 
+def specbench_baseline():
+    """The plain-decoding cell the speed-ups are over: the grid's `auto` setting."""
+    plain = [name for name, values in SETTINGS.items() if values["method"] == "auto"]
+    if "specbench" in DATASETS and len(plain) != 1:
+        raise ValueError(f"decode.grid: Spec-Bench needs exactly one auto setting (its baseline), not {plain}")
+    return plain[0] if plain else ""
+
+
 def final_targets():
     """What `snakemake` builds: the main table and plot where datasets other than Spec-Bench are
     decoded, Spec-Bench's leaderboard where it is, and the data status always."""

@@ -4,14 +4,6 @@
 # themselves are written beside it, for Spec-Bench's own tool.
 
 
-def specbench_baseline():
-    """The plain-decoding cell the speed-ups are over: the grid's `auto` setting."""
-    plain = [name for name, values in SETTINGS.items() if values["method"] == "auto"]
-    if "specbench" in DATASETS and len(plain) != 1:
-        raise ValueError(f"decode.grid: Spec-Bench needs exactly one auto setting (its baseline), not {plain}")
-    return plain[0] if plain else ""
-
-
 rule specbench_table:
     input:
         [f"results/decode/specbench/{name}.jsonl" for name in SETTINGS],
