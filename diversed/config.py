@@ -35,6 +35,9 @@ ATTENTION = ("sdpa", "eager")
 QUANTIZE = ("none", "fp16", "auto")
 
 
+AUTO_MAX_DRAFT = 6  # --num-assistant-tokens auto: k in 0..6 per block (schedule cost)
+
+
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key."""
 
@@ -203,6 +206,13 @@ class DecodeConfig:
         minimum=0,
     )
     seed: int = knob(42, "seed of the sampling generator")
+
+    def __post_init__(self) -> None:
+        if self.schedule is Schedule.COST and self.method is not Method.SD:
+            raise ConfigError(
+                f"method {self.method.value}: --num-assistant-tokens auto (schedule cost) is for lossless"
+                " sd; a relaxed method's output distribution depends on k, so it keeps a fixed k"
+            )
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DecodeConfig:

@@ -83,6 +83,7 @@ class Schedule(str, Enum):
     HEURISTIC = "heuristic"
     HEURISTIC_TRANSIENT = "heuristic_transient"
     DYNAMIC = "dynamic"
+    COST = "cost"  # k per block from a measured cost profile (--num-assistant-tokens auto); 0 = plain step
 
 
 class EnsembleSpace(str, Enum):

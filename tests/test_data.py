@@ -197,7 +197,8 @@ def test_cnndm_one_shot_is_the_radcliffe_article():
 def test_every_local_split_loads_offline(dataset, split):
     assert resolve(dataset, split, SHARED, allow_hub=False) in {"local", "package"}
     examples = load_examples(dataset, split, n=2, directory=SHARED, allow_hub=False)
-    assert len(examples) == 2 and all(e.prompt and e.reference for e in examples)
+    # Spec-Bench's MT-bench questions (its first) have no reference: they are timed, not scored
+    assert len(examples) == 2 and all(e.prompt and (e.reference or e.category) for e in examples)
 
 
 def test_a_split_smaller_than_asked_says_so_and_is_not_padded(cnndm_dir, capsys):

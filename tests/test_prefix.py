@@ -133,6 +133,9 @@ def test_every_task_prompt_starts_with_its_prefix():
         "text": "Add.",
         "test_list": ["assert f() == 1"],
         "prompt": "def f():\n",
+        "turns": ["Hi?", "And?"],
+        "category": "writing",
+        "question_id": 81,
     }
     for task in TASKS.values():
         shots = [record, record, record, record] if task.fewshot_split else []

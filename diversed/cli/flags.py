@@ -8,6 +8,7 @@ from typing import Any
 
 from diversed.config import (
     ATTENTION,
+    AUTO_MAX_DRAFT,
     DRAFT_TRANSFORMS,
     DTYPES,
     QUANTIZE,
@@ -68,6 +69,10 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     """The engine's knobs (declared once, in :class:`DecodeConfig`), and two original spellings
     that are not knobs themselves but set one."""
     add_knob_flags(parser, DecodeConfig)
+    for action in parser._actions:  # k may also be chosen per block: "auto"
+        if action.dest == "num_assistant_tokens":
+            action.type = draft_length
+            action.help += "; auto: k in 0..6 per block from this machine's cost profile (sd only)"
     parser.add_argument(
         "--do-sample", "--do_sample", action="store_true", help="sample; with temperature 0 this means 1.0"
     )
@@ -79,9 +84,18 @@ def add_decoding_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def draft_length(text: str) -> int | str:
+    """A draft length, or "auto"."""
+    return text if text == "auto" else int(text)
+
+
 def decode_config(args: argparse.Namespace) -> DecodeConfig:
     """Flags -> validated :class:`DecodeConfig`, resolving the original project's spellings."""
     values: dict[str, Any] = {item.name: getattr(args, item.name) for item in fields(DecodeConfig)}
+    if values["num_assistant_tokens"] == "auto":
+        if values["schedule"] not in (None, "cost"):
+            raise ConfigError(f"--num-assistant-tokens auto is schedule cost, not {values['schedule']}")
+        values.update(num_assistant_tokens=AUTO_MAX_DRAFT, schedule="cost")
     if args.draft_ensemble_weights is not None:
         if values["target_weight"] is not None:
             raise ConfigError("give --target-weight or --draft_ensemble_weights, not both")

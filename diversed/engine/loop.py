@@ -52,7 +52,7 @@ from diversed.engine.cache import RaggedCache, check_step
 from diversed.engine.prefix import SharedPrefix
 from diversed.engine.rules import Block, make_rule, verifier_signals, verify
 from diversed.engine.sampling import RowRandom, Sampling, draw, probabilities
-from diversed.engine.schedules import make_schedule
+from diversed.engine.schedules import CostChooser, make_schedule
 from diversed.engine.state import (
     TRACE_FIELDS,
     Batch,
@@ -62,10 +62,11 @@ from diversed.engine.state import (
     Row,
     Verified,
     per_row,
+    retire,
     trace_fields,
 )
 from diversed.engine.stats import GenerationStats
-from diversed.methods import Method
+from diversed.methods import Method, Schedule
 
 if TYPE_CHECKING:  # importing transformers' modeling code costs seconds; loading a model pays it
     from transformers import PreTrainedModel
@@ -99,6 +100,7 @@ class Decoder:
         traces: bool = False,
         prefix: SharedPrefix | None = None,
         step: str = "eager",
+        profile: object | None = None,
     ) -> None:
         if traces and not config.method.speculative:
             raise ValueError("trace mode needs a speculative method (the verification target is sampled)")
@@ -113,6 +115,12 @@ class Decoder:
         self.schedule = make_schedule(
             config.schedule, config.num_assistant_tokens, config.confidence_threshold
         )
+        # k auto: one k per block for the batch, from ``profile.costs(rows)`` (a CostProfile)
+        self.chooser = None
+        if config.schedule is Schedule.COST:
+            if profile is None or step != "eager":
+                raise ValueError("schedule cost (k auto) needs a cost profile and the eager step")
+            self.chooser = CostChooser(profile.costs, config.num_assistant_tokens)
         self.eos_token_ids = sorted(set(eos_token_ids))
         self.stop_strings = [s for s in stop_strings if s]
         if self.stop_strings and decode_text is None:
@@ -147,6 +155,8 @@ class Decoder:
         budgets = per_row(max_new_tokens, self.config.max_new_tokens, count, "max_new_tokens")
         seeds = per_row(seeds, self.config.seed, count, "seeds")
         batch = self._prefill(prompts, budgets, seeds)
+        if self.chooser is not None:
+            self.chooser.begin()
         done: list[Row] = []
         start = time.perf_counter()
         while batch.rows:
@@ -154,7 +164,7 @@ class Decoder:
             checked = self._verify(batch, drafts)
             host = self._accept(batch, drafts, checked)
             finished = self._record(batch, host, drafts, checked, time.perf_counter() - start)
-            done += self._retire(batch, finished)
+            done += retire(batch, finished)
         done.sort(key=lambda r: r.index)
         self.schedule = done[-1].schedule
         return [self._result(row, batch.prefill_seconds) for row in done]
@@ -219,13 +229,17 @@ class Decoder:
         kept = max(int(h[0]) - int(h[3]) for h in host)
         target.crop_trailing(target.columns - width - 1 + kept)
         if drafts is None:
+            if batch.draft_cache is not None:  # a plain step (k = 0): the draft sees its token later
+                batch.pending = torch.cat([batch.pending, extra.unsqueeze(1)], dim=1)
+                batch.pending_valid = torch.cat([batch.pending_valid, batch.pending_valid[:, -1:]], 1)
             batch.last = extra
             return host
-        draft = batch.draft_cache
-        columns = torch.arange(width + 1, device=device) - 1  # [pending0, pending1, x_1..x_{L-1}]
-        draft.keep_new(width + 1, (columns <= accepted.unsqueeze(1)) | (columns < 1))
-        kept = 2 + max(min(int(h[0]), width - 1) for h in host)
-        draft.crop_trailing(draft.columns - width - 1 + kept - 1)
+        draft, fed = batch.draft_cache, drafts.fed
+        new = fed + width - 1  # the draft's columns this block: [pending.., x_1..x_{L-1}]
+        columns = torch.arange(new, device=device) - (fed - 1)
+        draft.keep_new(new, (columns <= accepted.unsqueeze(1)) | (columns < 1))
+        kept = fed + max(min(int(h[0]), width - 1) for h in host)
+        draft.crop_trailing(draft.columns - new + kept - 1)
         lag = tokens.gather(1, (num_drafted - 1).clamp_min(0).unsqueeze(1)).squeeze(1)  # last draft
         batch.last = torch.where(on_draft, lag, extra)
         lagging = full & ~on_draft  # the last draft was never fed to the draft model
@@ -249,6 +263,8 @@ class Decoder:
             n, token, drafted, ends_on_draft = (int(v) for v in values[:4])
             tokens = [int(t) for t in values[4 : 4 + drafted]]
             row.schedule.observe(values[4 + width : 4 + width + drafted], n)
+            if self.chooser is not None and drafted:
+                self.chooser.observe(drafted, n)
             row.stats.record_block(drafted, n)
             row.stats.target_forwards += 1
             row.stats.draft_forwards += drafted
@@ -269,24 +285,6 @@ class Decoder:
                 finished.append(b)
         return finished
 
-    @staticmethod
-    def _retire(batch: Batch, finished: list[int]) -> list[Row]:
-        """Drop the rows that ended from the batch, both caches and the random streams."""
-        if not finished:
-            return []
-        keep = [b for b in range(len(batch.rows)) if b not in finished]
-        retired = [batch.rows[b] for b in finished]
-        batch.rows = [batch.rows[b] for b in keep]
-        if batch.rows:
-            index = torch.tensor(keep, device=batch.last.device)
-            for cache in (batch.target_cache, batch.draft_cache):
-                if cache is not None:
-                    cache.select(index)
-            batch.rng.select(index)
-            batch.last, batch.pending = batch.last[index], batch.pending[index]
-            batch.pending_valid = batch.pending_valid[index]
-        return retired
-
     def _result(self, row: Row, prefill_seconds: float) -> Generation:
         row.stats.prefill_seconds = prefill_seconds
         row.stats.new_tokens = len(row.generated)
@@ -300,8 +298,9 @@ class Decoder:
         """Draw up to each row's limit of draft tokens (its schedule's, within its budget), with the
         q rows they were drawn from; None when no row may draft (``auto``, or budgets spent)."""
         rows, rng, cache = batch.rows, batch.rng, batch.draft_cache
+        k = self.chooser.choose(len(rows)) if self.chooser is not None and cache is not None else None
         limits = [
-            min(r.schedule.max_tokens(), r.budget - len(r.generated) - (0 if self.traces else 1))
+            min(r.schedule.max_tokens() if k is None else k, r.budget - len(r.generated) - (not self.traces))
             if cache is not None
             else 0
             for r in rows
@@ -344,6 +343,7 @@ class Decoder:
             q_logits=torch.stack(logit_rows, dim=1),
             hidden=torch.stack(hidden_rows, dim=1) if hidden else None,
             step_seconds=seconds,
+            fed=batch.pending.shape[1],
         )
 
     def _verify(self, batch: Batch, drafts: Draft | None) -> Verified:

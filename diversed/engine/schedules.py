@@ -9,6 +9,10 @@ hears how many drafted tokens were accepted.
   persists across calls on the same decoder.
 * ``heuristic_transient``: the same, reset to the configured N at each call.
 * ``dynamic``: constant N with the confidence criterion on (threshold 0.4 by default).
+* ``cost`` (ours, ``--num-assistant-tokens auto``): :class:`CostChooser` picks k in 0..N for the
+  whole batch before each block, from a cost profile measured once per machine and the batch's
+  acceptance so far; k = 0 is a plain target step, so speculation never costs throughput where
+  it cannot pay (large batches, a draft that agrees rarely).
 
 Whenever the confidence threshold is positive, the threshold also adapts as in HF's dynamic
 speculation: every drafted token is recorded with its draft probability and whether it was
@@ -21,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from diversed.methods import Schedule
+
+PROBE_EVERY = 8  # after this many plain blocks in a row, one block drafts k = 1 to re-measure acceptance
 
 DEFAULT_DYNAMIC_THRESHOLD = 0.4
 MIN_ROC_RECORDS = 6
@@ -94,6 +100,48 @@ class HeuristicSchedule(DraftSchedule):
             self.num_tokens += 2
         else:
             self.num_tokens = max(1, self.num_tokens - 1)
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Tokens one block emits when each draft is kept with probability ``alpha`` in turn (Leviathan
+    et al.): 1 + alpha + ... + alpha^k; a plain step (k = 0) emits one."""
+    return float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+class CostChooser:
+    """k for each block, for the whole batch: the k in 0..``max_k`` with the most tokens per second,
+    E(k) / (t(B, k + 1) + k d(B)), where t(B, n) is the target's forward over n tokens per row and
+    d(B) a draft step at the batch's B rows in flight (``costs(rows) -> (t, d)``, from a measured
+    profile), and E(k) uses the per-position acceptance so far, alpha = kept / (kept + rejected)
+    with one kept and one rejected added (a draft never seen starts at 1/2). A chosen k = 0 learns
+    nothing, so every ``PROBE_EVERY``-th plain block in a row drafts one token instead. It reads only
+    counts the decoding made, so for a fixed profile the choices, and the outputs, are determined."""
+
+    def __init__(self, costs, max_k: int) -> None:
+        self.costs, self.max_k = costs, max_k
+        self.begin()
+
+    def begin(self) -> None:
+        self.kept, self.rejected, self.plain = 0, 0, 0
+
+    @property
+    def alpha(self) -> float:
+        return (self.kept + 1) / (self.kept + self.rejected + 2)
+
+    def choose(self, rows: int) -> int:
+        target, draft = self.costs(rows)
+        rate = [expected_tokens(self.alpha, k) / (target[k] + k * draft) for k in range(self.max_k + 1)]
+        best = max(range(self.max_k + 1), key=rate.__getitem__)
+        self.plain = self.plain + 1 if best == 0 else 0
+        if self.plain >= PROBE_EVERY:
+            self.plain = 0
+            return 1
+        return best
+
+    def observe(self, drafted: int, kept: int) -> None:
+        """One row's block: its drafts kept in a row and whether the next was rejected."""
+        self.kept += kept
+        self.rejected += int(kept < drafted)
 
 
 def make_schedule(

@@ -73,6 +73,7 @@ class Draft:
     q_logits: torch.Tensor  # [B, L, V]
     hidden: torch.Tensor | None  # [B, L, d]
     step_seconds: list[float]
+    fed: int = 2  # pending columns the first draft step fed (more after plain k = 0 blocks)
 
 
 @dataclass
@@ -97,8 +98,8 @@ class Batch:
     target_cache: RaggedCache
     draft_cache: RaggedCache | None
     last: torch.Tensor  # [B]
-    pending: torch.Tensor  # [B, 2]
-    pending_valid: torch.Tensor  # [B, 2]
+    pending: torch.Tensor  # [B, 2], one column more per plain (k = 0) block since the last drafts
+    pending_valid: torch.Tensor  # [B, 2] or as wide
     prefill_seconds: float
 
 
@@ -137,3 +138,21 @@ def trace_fields(
         "entropy_p": signals[..., 1],
         "entropy_q": signals[..., 2],
     }
+
+
+def retire(batch: Batch, finished: list[int]) -> list[Row]:
+    """Drop the rows that ended from the batch, both caches and the random streams."""
+    if not finished:
+        return []
+    keep = [b for b in range(len(batch.rows)) if b not in finished]
+    retired = [batch.rows[b] for b in finished]
+    batch.rows = [batch.rows[b] for b in keep]
+    if batch.rows:
+        index = torch.tensor(keep, device=batch.last.device)
+        for cache in (batch.target_cache, batch.draft_cache):
+            if cache is not None:
+                cache.select(index)
+        batch.rng.select(index)
+        batch.last, batch.pending = batch.last[index], batch.pending[index]
+        batch.pending_valid = batch.pending_valid[index]
+    return retired

@@ -38,7 +38,7 @@ from diversed.evaluation.weights import token_class
 from diversed.files import read_resumable
 from diversed.jobs.runner import RunOptions, batched, open_run
 from diversed.jobs.turns import answer_turns
-from diversed.methods import Method
+from diversed.methods import Method, Schedule
 from diversed.provenance import commit, head_sha256, settings_hash
 
 # How every decode record's line begins (``id`` is its first key): a torn last line that begins
@@ -231,6 +231,9 @@ def run_decode(
     settings, digest, code = job.settings(), job.settings_hash(), commit()
     where = device_name(options.device)
     status = head_check(job.head)
+    profile = None  # k auto: the digest of the costs that chose every block's k
+    if job.config.schedule is Schedule.COST:
+        profile = run.stack.cost_profile(job.config.num_assistant_tokens).digest()
     done_stats = [GenerationStats()]
     batch_seconds = 0.0
     name = f"{job.dataset} {job.config.method.value}"
@@ -289,6 +292,7 @@ def run_decode(
                     "settings_hash": digest,
                     "commit": code,
                     **({"head_check": status} if status else {}),
+                    **({"cost_profile": profile} if profile else {}),
                 }
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
                 done_stats.append(result.stats)

@@ -9,12 +9,13 @@ sizes, the end-of-sequence ids of tokenizer and generation config), and then a
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import diversed.backends.cuda  # noqa: F401  (registers the engine's graphs step)
 from diversed.config import DecodeConfig
 from diversed.engine.loop import Decoder
+from diversed.methods import Schedule
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -31,6 +32,17 @@ class Stack:
     draft: PreTrainedModel | None
     head: EnsembleHead | None
     eos_ids: set[int]
+    names: dict[str, Any] = field(default_factory=dict)  # as loaded: the key of its cost profile
+    profiles: dict[int, Any] = field(default_factory=dict)  # CostProfile by the most k it covers
+
+    def cost_profile(self, max_k: int) -> Any:
+        """This machine's cost profile of the pair (``--num-assistant-tokens auto``): stored, or
+        measured once now (:mod:`diversed.backends.cost_profile`)."""
+        if max_k not in self.profiles:
+            from diversed.backends.cost_profile import load_or_measure
+
+            self.profiles[max_k] = load_or_measure(self.target, self.draft, max_k, self.names)[0]
+        return self.profiles[max_k]
 
     def decoder(
         self,
@@ -41,6 +53,8 @@ class Stack:
     ) -> Decoder:
         """A decoder for one setting over this stack (``kwargs``: ``traces``, ``prefix``, ``step``); ``head``
         replaces the stack's own (the on-policy check decodes under two heads on one stack)."""
+        if config.schedule is Schedule.COST:
+            kwargs.setdefault("profile", self.cost_profile(config.num_assistant_tokens))
         return Decoder(
             self.target,
             self.draft if config.method.speculative else None,
@@ -87,4 +101,6 @@ def load_stack(
         if draft_model is None:
             raise ValueError("an ensemble head needs a draft model")
         loaded_head = load_head_for(head, target_model, draft_model)
-    return Stack(tokenizer, target_model, draft_model, loaded_head, eos_ids(tokenizer, target_model))
+    names = {"target": target, "draft": draft, "dtype": str(target_model.dtype), "quantize": quantize}
+    names.update(device=str(target_model.device), draft_transform=draft_transform)
+    return Stack(tokenizer, target_model, draft_model, loaded_head, eos_ids(tokenizer, target_model), names)
