@@ -230,8 +230,7 @@ class Decoder:
         target.crop_trailing(target.columns - width - 1 + kept)
         if drafts is None:
             if batch.draft_cache is not None:  # a plain step (k = 0): the draft sees its token later
-                batch.pending = torch.cat([batch.pending, extra.unsqueeze(1)], dim=1)
-                batch.pending_valid = torch.cat([batch.pending_valid, batch.pending_valid[:, -1:]], 1)
+                batch.feed_later(extra)
             batch.last = extra
             return host
         draft, fed = batch.draft_cache, drafts.fed
@@ -298,11 +297,12 @@ class Decoder:
         """Draw up to each row's limit of draft tokens (its schedule's, within its budget), with the
         q rows they were drawn from; None when no row may draft (``auto``, or budgets spent)."""
         rows, rng, cache = batch.rows, batch.rng, batch.draft_cache
-        k = self.chooser.choose(len(rows)) if self.chooser is not None and cache is not None else None
+        if cache is None:
+            return None
+        k = self.chooser.choose(len(rows)) if self.chooser is not None else None
+        bonus = 0 if self.traces else 1  # room left in the budget for the block's extra token
         limits = [
-            min(r.schedule.max_tokens() if k is None else k, r.budget - len(r.generated) - (not self.traces))
-            if cache is not None
-            else 0
+            min(r.schedule.max_tokens() if k is None else k, r.budget - len(r.generated) - bonus)
             for r in rows
         ]
         if max(limits) <= 0:

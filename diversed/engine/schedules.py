@@ -11,8 +11,8 @@ hears how many drafted tokens were accepted.
 * ``dynamic``: constant N with the confidence criterion on (threshold 0.4 by default).
 * ``cost`` (ours, ``--num-assistant-tokens auto``): :class:`CostChooser` picks k in 0..N for the
   whole batch before each block, from a cost profile measured once per machine and the batch's
-  acceptance so far; k = 0 is a plain target step, so speculation never costs throughput where
-  it cannot pay (large batches, a draft that agrees rarely).
+  acceptance so far; k = 0 is a plain target step, chosen where the profile says drafting would
+  not pay (large batches, a draft that agrees rarely).
 
 Whenever the confidence threshold is positive, the threshold also adapts as in HF's dynamic
 speculation: every drafted token is recorded with its draft probability and whether it was

@@ -102,6 +102,13 @@ class Batch:
     pending_valid: torch.Tensor  # [B, 2] or as wide
     prefill_seconds: float
 
+    def feed_later(self, token: torch.Tensor) -> None:
+        """A plain step's token [B], kept as one more pending column for the draft's next forward."""
+        self.pending = torch.cat([self.pending, token.unsqueeze(1)], dim=1)
+        self.pending_valid = torch.cat(
+            [self.pending_valid, torch.ones_like(self.pending_valid[:, :1])], dim=1
+        )
+
 
 # Per drafted position, with a learned (or hand-made) weight: the head's w, TV(p, q) and the
 # entropy of the target's temperature-1 distribution, so a decode record shows where w goes.

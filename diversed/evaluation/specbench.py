@@ -21,6 +21,7 @@ Categories are grouped as ``speed.py`` groups them (MT-bench's eight as one, ``o
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -50,9 +51,8 @@ def record_turns(record: dict[str, Any]) -> list[dict[str, Any]]:
     """A decode record's turns: a chat benchmark's ``turns``, else its one completion, timed by its batch."""
     if record.get("turns"):
         return record["turns"]
-    return [
-        {"completion": record["completion"], "stats": record["stats"], "seconds": record["batch"]["seconds"]}
-    ]
+    one = {key: record[key] for key in ("completion", "token_ids", "stats")}
+    return [{**one, "seconds": record["batch"]["seconds"]}]
 
 
 def answer(record: dict[str, Any], model_id: str) -> dict[str, Any]:
@@ -141,11 +141,7 @@ def lossless(
         other = theirs.get(record["id"])
         if other is None:
             continue
-        same = [t.get("token_ids") for t in record_turns(record)] == [
-            t.get("token_ids") for t in record_turns(other)
-        ]
-        if "turns" not in record:  # a single-turn record keeps its tokens at the top
-            same = record["token_ids"] == other["token_ids"]
+        same = [t["token_ids"] for t in record_turns(record)] == [t["token_ids"] for t in record_turns(other)]
         for group in GROUPS:
             if in_group(record.get("category", ""), group):
                 counts[group][0] += same
@@ -193,16 +189,16 @@ def leaderboard(
     second, the lossless count against the baseline and the quality of the group's scored categories."""
     records = {label: read_jsonl(path) for label, path in cells.items()}
     answers = {label: [answer(r, label) for r in rows] for label, rows in records.items()}
+    same = {label: lossless(rows, records[baseline]) for label, rows in records.items()}
+    scores = {label: quality(rows) for label, rows in records.items()}
+    count_tokens = functools.cache(count_tokens)  # each baseline turn is re-counted once, not per group
     rows = []
     for group in GROUPS:
         for label in cells:
             found = speed(answers[label], answers[baseline], count_tokens, group)
             if not found.questions:
                 continue
-            same = lossless(records[label], records[baseline]).get(group)
-            scored = {
-                c: q for c, q in quality(records[label]).items() if in_group(c, group) and group != "overall"
-            }
+            scored = {c: q for c, q in scores[label].items() if in_group(c, group) and group != "overall"}
             rows.append(
                 {
                     "group": group,
@@ -211,7 +207,7 @@ def leaderboard(
                     "speedup": found.speedup,
                     "mean_accepted_tokens": found.mean_accepted_tokens,
                     "tokens_per_second": found.tokens_per_second,
-                    "same_tokens_as_baseline": same,
+                    "same_tokens_as_baseline": same[label].get(group),
                     "quality": scored,
                 }
             )

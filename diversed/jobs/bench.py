@@ -34,8 +34,9 @@ from typing import Any
 import torch
 import transformers
 
+from diversed.backends.cost_profile import forward_seconds
 from diversed.config import DecodeConfig
-from diversed.devices import device_name, sync, timed
+from diversed.devices import device_name, timed
 from diversed.engine.cache import RaggedCache
 from diversed.engine.loop import Decoder
 from diversed.engine.stats import GenerationStats, leviathan_speedup
@@ -120,18 +121,10 @@ def _prompts(spec: BenchSpec, tokenizer) -> tuple[list[list[int]], str]:
 def step_seconds(model, prompt: list[int], new_tokens: int, rows: int = 1, repeats: int = 5) -> float:
     """Median time of one forward over ``new_tokens`` tokens per row on top of a cached prompt."""
     with torch.inference_mode():
-        times = []
-        for _ in range(repeats + 1):
-            cache = RaggedCache(model, rows)
-            ids = torch.tensor([prompt] * rows, device=model.device)
-            cache.forward(ids, torch.ones_like(ids, dtype=torch.bool), logits_to_keep=1)
-            step = torch.tensor([[prompt[-1]] * new_tokens] * rows, device=model.device)
-            sync(model.device)
-            start = time.perf_counter()
-            cache.forward(step, torch.ones_like(step, dtype=torch.bool))
-            sync(model.device)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times[1:])  # the first one warms up
+        cache = RaggedCache(model, rows)
+        ids = torch.tensor([prompt] * rows, device=model.device)
+        cache.forward(ids, torch.ones_like(ids, dtype=torch.bool), logits_to_keep=1)
+        return forward_seconds(cache, new_tokens, repeats)
 
 
 def configure_assistant(draft, k: int) -> None:

@@ -295,7 +295,7 @@ def run_decode(
                     **({"cost_profile": profile} if profile else {}),
                 }
                 sink.write(json.dumps(record, ensure_ascii=False) + "\n")
-                done_stats.append(result.stats)
+                done_stats.extend([t["stats"] for t in asked] if asked else [result.stats])
             sink.flush()
             os.fsync(sink.fileno())
             batch_seconds += seconds

@@ -42,7 +42,7 @@ from diversed.jobs.bench import (
     stock_pair,
 )
 
-PAIRS = {  # ours -> its peers; identity is checked against the first of each pair's reference
+PAIRS = {  # ours -> the peers its tokens per second are divided by
     "ours_auto": ("hf_generate",),
     "ours_sd": ("hf_assisted", "hf_assisted_stock", "hf_assisted_defaults"),
     "ours_static": ("hf_ensemble",),
